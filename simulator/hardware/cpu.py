@@ -1,0 +1,81 @@
+"""CPU model: named single-threaded processes (a Python process and its GIL) on a pool of cores.
+
+Work submitted to a process runs after the work already queued there (FIFO, one task at a
+time) and only when a core is free. Because every submission happens at the current
+simulated time, a task's start and end are known when it is submitted: no SimPy event is
+needed unless someone waits for the result.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from ..observe.spans import SpanRecorder
+
+
+@dataclass
+class CorePool:
+    """A pool of identical cores; a task takes the core that frees first."""
+
+    cores: int
+    _free: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.cores < 1:
+            raise ValueError("a CPU needs at least one core")
+        self._free = [0.0] * self.cores
+
+    def earliest(self) -> float:
+        return self._free[0]
+
+    def take(self, start: float, end: float) -> None:
+        heapq.heapreplace(self._free, end)
+
+
+@dataclass
+class CPUProcess:
+    """One process: tasks run one at a time, in submission order, each on a free core."""
+
+    name: str
+    pool: CorePool
+    recorder: SpanRecorder | None = None
+    free_at: float = 0.0
+    busy: float = 0.0
+    tasks: int = 0
+
+    @property
+    def track(self) -> str:
+        return f"cpu:{self.name}"
+
+    def submit(self, now: float, duration: float, label: str = "") -> tuple[float, float]:
+        """Queue ``duration`` seconds of work at time ``now``; returns (start, end)."""
+        start = max(now, self.free_at, self.pool.earliest())
+        end = start + duration
+        self.pool.take(start, end)
+        self.free_at = end
+        self.busy += duration
+        self.tasks += 1
+        if self.recorder is not None and duration > 0:
+            self.recorder.add(self.track, label, start, end, "cpu")
+        return start, end
+
+
+@dataclass
+class SerialChannel:
+    """A FIFO resource used by one owner only (a GPU's D2H port in the LLM path), as a virtual clock."""
+
+    name: str
+    recorder: SpanRecorder | None = None
+    free_at: float = 0.0
+    busy: float = 0.0
+
+    def submit(self, now: float, duration: float, label: str = "", category: str = "") -> tuple[float, float]:
+        """Occupy the channel for ``duration`` from max(now, free); returns (start, end)."""
+        start = max(now, self.free_at)
+        end = start + duration
+        self.free_at = end
+        self.busy += duration
+        if self.recorder is not None and duration > 0:
+            self.recorder.add(self.name, label, start, end, category)
+        return start, end

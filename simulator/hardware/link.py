@@ -1,0 +1,188 @@
+"""Links as processor-sharing ports: concurrent transfers share bandwidth max-min fairly.
+
+A transfer crosses one or more ports at once (e.g. a sender's tx port and a receiver's rx
+port); its rate is set by progressive filling, so each flow is limited by its most
+contended port. Rates are recomputed whenever a flow starts or ends, and the pending
+completion is re-timed, so contention emerges from the simulation instead of a formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import simpy
+
+# A flow is done when less than this fraction of its bytes remains: float residue from
+# re-timing must never leave a flow alive with a vanishing remainder.
+_REL_EPS = 1e-9
+
+
+@dataclass(eq=False)
+class Port:
+    """One direction of one physical link endpoint, with its accounting.
+
+    ``busy_time`` is the union of intervals with at least one active flow (not a sum over
+    flows); ``bytes_moved`` is the total payload that crossed the port; ``active`` is the
+    number of flows crossing it now.
+    """
+
+    name: str
+    bandwidth: float
+    busy_time: float = 0.0
+    bytes_moved: float = 0.0
+    active: int = 0
+
+    @property
+    def track(self) -> str:
+        """Span-recorder track name of this port."""
+        return "link:" + self.name
+
+
+@dataclass(eq=False)
+class _Flow:
+    ports: tuple[Port, ...]
+    nbytes: float
+    remaining: float
+    label: str
+    start: float
+    done: simpy.Event
+    rate: float = 0.0
+    ttf: float = field(default=float("inf"))  # time to finish at the current rate
+
+
+class Fabric:
+    """The set of ports in one simulation and the flows currently crossing them."""
+
+    def __init__(self, env: simpy.Environment, recorder=None):
+        self.env = env
+        self.recorder = recorder
+        self.ports: dict[str, Port] = {}
+        self._flows: list[_Flow] = []
+        self._last = env.now
+        self._generation = 0
+        self._due: list[_Flow] = []
+
+    def port(self, name: str, bandwidth: float) -> Port:
+        """Create the port ``name`` or return the existing one (its bandwidth must match)."""
+        if not bandwidth > 0:
+            raise ValueError(f"port {name!r}: bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+        existing = self.ports.get(name)
+        if existing is not None:
+            if existing.bandwidth != bandwidth:
+                raise ValueError(f"port {name!r} exists with bandwidth {existing.bandwidth}, "
+                                 f"not {bandwidth}")
+            return existing
+        port = self.ports[name] = Port(name, float(bandwidth))
+        return port
+
+    @property
+    def active_flows(self) -> int:
+        """Number of transfers currently moving bytes."""
+        return len(self._flows)
+
+    def transfer(self, ports: Sequence[Port], nbytes: float, latency: float = 0.0,
+                 label: str = "") -> simpy.Process:
+        """Move ``nbytes`` through all ``ports`` at once after ``latency``; returns the process.
+
+        Zero bytes (or no ports) completes after the latency alone.
+        """
+        if nbytes < 0:
+            raise ValueError(f"transfer {label!r}: nbytes must be >= 0, got {nbytes!r}")
+        if latency < 0:
+            raise ValueError(f"transfer {label!r}: latency must be >= 0, got {latency!r}")
+        unique = tuple(dict.fromkeys(ports))  # a port listed twice is still one port
+        return self.env.process(self._run(unique, float(nbytes), float(latency), label))
+
+    def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str):
+        if latency > 0:
+            yield self.env.timeout(latency)
+        if nbytes <= 0 or not ports:
+            return
+        self._advance()
+        flow = _Flow(ports, nbytes, nbytes, label, self.env.now, self.env.event())
+        self._flows.append(flow)
+        for p in ports:
+            p.active += 1
+        self._reschedule()
+        yield flow.done
+
+    def _advance(self) -> None:
+        """Drain bytes and accrue busy time for the interval since the last change."""
+        now = self.env.now
+        elapsed = now - self._last
+        self._last = now
+        if elapsed <= 0 or not self._flows:
+            return
+        for f in self._flows:
+            moved = min(f.rate * elapsed, f.remaining)
+            f.remaining -= moved
+            for p in f.ports:
+                p.bytes_moved += moved
+        rec = self.recorder
+        for p in dict.fromkeys(p for f in self._flows for p in f.ports):
+            p.busy_time += elapsed
+            if rec is not None:
+                rec.add_busy(p.track, elapsed)
+
+    def _assign_rates(self) -> None:
+        """Max-min fair rates by progressive filling over the active flows."""
+        cap = {p: p.bandwidth for f in self._flows for p in f.ports}
+        count = {p: 0 for p in cap}
+        for f in self._flows:
+            for p in f.ports:
+                count[p] += 1
+        unfrozen = list(self._flows)
+        while unfrozen:
+            bottleneck = min((p for p in cap if count[p] > 0), key=lambda p: cap[p] / count[p])
+            share = max(cap[bottleneck], 0.0) / count[bottleneck]
+            still = []
+            for f in unfrozen:
+                if bottleneck not in f.ports:
+                    still.append(f)
+                    continue
+                f.rate = share
+                for p in f.ports:
+                    cap[p] -= share
+                    count[p] -= 1
+            unfrozen = still
+
+    def _reschedule(self) -> None:
+        """Recompute rates and arm one wake-up for the next completion; older ones go stale."""
+        self._generation += 1
+        if not self._flows:
+            self._due = []
+            return
+        self._assign_rates()
+        for f in self._flows:
+            f.ttf = f.remaining / f.rate if f.rate > 0 else float("inf")
+        dt = min(f.ttf for f in self._flows)
+        # Flows due within float noise of the first finish together, so every wake-up
+        # retires at least one flow and residue cannot cause an endless chain of wake-ups.
+        self._due = [f for f in self._flows if f.ttf <= dt * (1 + _REL_EPS)]
+        wake = self.env.timeout(dt)
+        generation = self._generation
+        wake.callbacks.append(lambda _ev: self._on_wake(generation))
+
+    def _on_wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # a flow started or ended since this wake-up was armed
+        self._advance()
+        due = set(self._due)
+        finished = [f for f in self._flows
+                    if f in due or f.remaining <= _REL_EPS * f.nbytes]
+        for f in finished:
+            self._finish(f)
+        self._reschedule()
+
+    def _finish(self, f: _Flow) -> None:
+        self._flows.remove(f)
+        now = self.env.now
+        rec = self.recorder
+        for p in f.ports:
+            p.bytes_moved += f.remaining  # residue below epsilon, so bytes are conserved
+            p.active -= 1
+            if rec is not None and rec.enabled:
+                rec.add_span_only(p.track, f.label, f.start, now, "link")
+        f.remaining = 0.0
+        f.done.succeed()

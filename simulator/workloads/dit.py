@@ -1,0 +1,703 @@
+"""Cost model of diffusion-transformer inference: FLOPs and HBM bytes per operator.
+
+Pure functions from a catalog entry (``simulator/config/catalog/dits.yaml``) to lists of
+:class:`~simulator.workloads.ops.Op` for the transformer blocks, the text encoders and the
+VAE decoder. A GPU model turns the ops into time; pipelines pick which ops run where.
+
+Conventions. A multiply-add is 2 FLOP (as torch's FLOP counter, which produced the reference
+figures). Matmuls carry their (m, n, k) shape; attention is one fused (flash) kernel that
+never writes the score matrix; element-wise kernels (norms, modulation, activations,
+residuals) are counted by the bytes they move, with a few FLOP per element. Weights are read
+once per op. Under ``dtype="fp8"`` the GEMMs run in FP8 with 1-byte weights while
+activations, attention and element-wise kernels stay BF16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from .ops import Op
+
+_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_TEXT_MODES = ("cross", "joint", "class")
+_CONTEXT_EMBEDDERS = ("mlp", "linear", "none")
+_MODULATIONS = ("single", "per_block")
+BLOCK_KINDS = ("cross", "self", "joint", "single")
+"""cross: PixArt (self-attn + cross-attn to text); self: class-conditioned DiT;
+joint: MMDiT double-stream (SD3, FLUX double); single: FLUX single-stream (parallel attn + MLP)."""
+
+_TIME_FREQ_DIM = 256  # sinusoidal timestep features fed to every model's timestep MLP
+
+
+# ---- architectures ------------------------------------------------------------------------
+
+def _req(d: Mapping, key: str, what: str):
+    if key not in d or d[key] is None:
+        raise ValueError(f"{what}: missing required field {key!r}")
+    return d[key]
+
+
+def _pos_int(d: Mapping, key: str, what: str, default: int | None = None, zero_ok=False) -> int:
+    v = d.get(key, default) if default is not None else _req(d, key, what)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        raise ValueError(f"{what}: {key!r} must be an integer, got {v!r}")
+    if int(v) < 0 or (int(v) == 0 and not zero_ok):
+        raise ValueError(f"{what}: {key!r} must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
+    return int(v)
+
+
+def _pos_float(d: Mapping, key: str, what: str) -> float:
+    v = _req(d, key, what)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {key!r} must be a number, got {v!r}") from None
+    if not f > 0:
+        raise ValueError(f"{what}: {key!r} must be > 0, got {v!r}")
+    return f
+
+
+def _choice(d: Mapping, key: str, what: str, options: tuple[str, ...], default=None) -> str:
+    v = d.get(key, default)
+    if v not in options:
+        raise ValueError(f"{what}: {key!r} must be one of {options}, got {v!r}")
+    return v
+
+
+def _flag(d: Mapping, key: str, what: str) -> bool:
+    v = d.get(key, False)
+    if not isinstance(v, bool):
+        raise ValueError(f"{what}: {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _sources(d: Mapping, what: str) -> dict:
+    s = d.get("sources", {})
+    if not isinstance(s, Mapping):
+        raise ValueError(f"{what}: 'sources' must be a mapping of field -> text")
+    return dict(s)
+
+
+@dataclass(frozen=True)
+class TextEncoderArch:
+    """A transformer text encoder (T5 encoder or CLIP text tower) run over ``tokens`` tokens."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    ffn: int
+    ffn_kind: str  # "gated_gelu" (T5: two input projections) or "gelu" (CLIP)
+    vocab: int
+    tokens: int
+    params: float
+    sources: Mapping = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping, name: str | None = None) -> TextEncoderArch:
+        """Build and validate from a catalog entry; raise ValueError naming the bad field."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"text encoder: expected a mapping, got {type(d).__name__}")
+        name = name or d.get("name") or "text_encoder"
+        what = f"text encoder {name!r}"
+        return cls(
+            name=name,
+            layers=_pos_int(d, "layers", what), hidden=_pos_int(d, "hidden", what),
+            heads=_pos_int(d, "heads", what), head_dim=_pos_int(d, "head_dim", what),
+            ffn=_pos_int(d, "ffn", what),
+            ffn_kind=_choice(d, "ffn_kind", what, ("gated_gelu", "gelu")),
+            vocab=_pos_int(d, "vocab", what), tokens=_pos_int(d, "tokens", what),
+            params=_pos_float(d, "params", what), sources=_sources(d, what),
+        )
+
+
+@dataclass(frozen=True)
+class VAEArch:
+    """An AutoencoderKL decoder: channels per resolution level, resnets per level, mid attention."""
+
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    layers_per_block: int = 2
+    latent_channels: int = 4
+    out_channels: int = 3
+    downsample: int = 8
+    mid_attention: bool = True
+    quant_conv: bool = True
+    params: float = 83.7e6
+    name: str = "sd-vae"
+    sources: Mapping = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping, name: str | None = None) -> VAEArch:
+        """Build and validate from a catalog entry; raise ValueError naming the bad field."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"vae: expected a mapping, got {type(d).__name__}")
+        name = name or d.get("name") or "vae"
+        what = f"vae {name!r}"
+        chans = _req(d, "block_out_channels", what)
+        if (not isinstance(chans, (list, tuple)) or not chans
+                or not all(isinstance(c, int) and c > 0 for c in chans)):
+            raise ValueError(f"{what}: 'block_out_channels' must be a list of positive ints")
+        down = _pos_int(d, "downsample", what)
+        if down != 2 ** (len(chans) - 1):
+            raise ValueError(f"{what}: downsample {down} does not match {len(chans)} levels "
+                             f"(expected {2 ** (len(chans) - 1)})")
+        return cls(
+            block_out_channels=tuple(chans),
+            layers_per_block=_pos_int(d, "layers_per_block", what),
+            latent_channels=_pos_int(d, "latent_channels", what),
+            out_channels=_pos_int(d, "out_channels", what, default=3),
+            downsample=down,
+            mid_attention=d.get("mid_attention", True) is True,
+            quant_conv=_flag(d, "quant_conv", what),
+            params=_pos_float(d, "params", what), name=name, sources=_sources(d, what),
+        )
+
+
+SD_VAE = VAEArch()
+"""The 4-channel Stable Diffusion AutoencoderKL (sd-vae-ft-ema), the reference's VAE."""
+
+
+@dataclass(frozen=True)
+class DiTArch:
+    """Shape of a diffusion transformer, its text encoders and VAE (a validated catalog entry)."""
+
+    name: str
+    segments: tuple[tuple[str, int], ...]  # (block kind, count) in execution order
+    hidden: int
+    heads: int
+    head_dim: int
+    mlp_ratio: float
+    patch_size: int
+    latent_channels: int
+    out_channels: int
+    vae_downsample: int
+    text_mode: str
+    text_tokens: int
+    params: float
+    caption_channels: int = 0
+    context_embedder: str = "none"
+    modulation: str = "per_block"
+    pooled_text_dim: int = 0
+    guidance_embed: bool = False
+    qk_norm: bool = False
+    rope: bool = False
+    context_pre_only_last: bool = False
+    num_classes: int = 0
+    text_encoders: tuple[TextEncoderArch, ...] = ()
+    vae: VAEArch = SD_VAE
+    sources: Mapping = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer blocks in one forward pass (FLUX: 19 double + 38 single = 57)."""
+        return sum(n for _, n in self.segments)
+
+    @property
+    def inner(self) -> int:
+        """Attention width, heads x head_dim."""
+        return self.heads * self.head_dim
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(round(self.hidden * self.mlp_ratio))
+
+    def layer_kind(self, index: int) -> str:
+        """Block kind of layer ``index`` (0-based, in execution order)."""
+        if not 0 <= index < self.num_layers:
+            raise ValueError(f"{self.name}: layer {index} out of range [0, {self.num_layers})")
+        for kind, n in self.segments:
+            if index < n:
+                return kind
+            index -= n
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def from_dict(cls, d: Mapping, name: str | None = None) -> DiTArch:
+        """Build and validate from a ``dits.yaml`` entry; raise ValueError naming the bad field."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"DiT: expected a mapping, got {type(d).__name__}")
+        name = name or d.get("name") or "dit"
+        what = f"DiT {name!r}"
+        if d.get("kind", "dit") != "dit":
+            raise ValueError(f"{what}: kind is {d.get('kind')!r}, not 'dit'")
+        text_mode = _choice(d, "text_mode", what, _TEXT_MODES)
+        if text_mode == "joint" and "double_blocks" in d:
+            segments = (("joint", _pos_int(d, "double_blocks", what)),
+                        ("single", _pos_int(d, "single_blocks", what, default=0, zero_ok=True)))
+            segments = tuple(s for s in segments if s[1] > 0)
+        else:
+            if "double_blocks" in d or "single_blocks" in d:
+                raise ValueError(f"{what}: double_blocks/single_blocks need text_mode 'joint'")
+            kind = {"cross": "cross", "joint": "joint", "class": "self"}[text_mode]
+            segments = ((kind, _pos_int(d, "blocks", what)),)
+        hidden, heads = _pos_int(d, "hidden", what), _pos_int(d, "heads", what)
+        head_dim = _pos_int(d, "head_dim", what)
+        text_tokens = _pos_int(d, "text_tokens", what, default=0, zero_ok=True)
+        if text_mode != "class" and text_tokens == 0:
+            raise ValueError(f"{what}: text_mode {text_mode!r} needs text_tokens > 0")
+        encoders = d.get("text_encoders", []) or []
+        if not isinstance(encoders, (list, tuple)):
+            raise ValueError(f"{what}: 'text_encoders' must be a list")
+        vae = d.get("vae")
+        mlp_ratio = _pos_float(d, "mlp_ratio", what)
+        ctx = _choice(d, "context_embedder", what, _CONTEXT_EMBEDDERS,
+                      default="none" if text_mode == "class" else None)
+        return cls(
+            name=name, segments=segments, hidden=hidden, heads=heads, head_dim=head_dim,
+            mlp_ratio=mlp_ratio,
+            patch_size=_pos_int(d, "patch_size", what),
+            latent_channels=_pos_int(d, "latent_channels", what),
+            out_channels=_pos_int(d, "out_channels", what,
+                                  default=int(d.get("latent_channels", 1) or 1)),
+            vae_downsample=_pos_int(d, "vae_downsample", what, default=8),
+            text_mode=text_mode, text_tokens=text_tokens,
+            params=_pos_float(d, "params", what),
+            caption_channels=_pos_int(d, "caption_channels", what, default=0, zero_ok=True),
+            context_embedder=ctx,
+            modulation=_choice(d, "modulation", what, _MODULATIONS, default="per_block"),
+            pooled_text_dim=_pos_int(d, "pooled_text_dim", what, default=0, zero_ok=True),
+            guidance_embed=_flag(d, "guidance_embed", what),
+            qk_norm=_flag(d, "qk_norm", what), rope=_flag(d, "rope", what),
+            context_pre_only_last=_flag(d, "context_pre_only_last", what),
+            num_classes=_pos_int(d, "num_classes", what, default=0, zero_ok=True),
+            text_encoders=tuple(TextEncoderArch.from_dict(e, e.get("name") if isinstance(e, Mapping)
+                                                          else None) for e in encoders),
+            vae=SD_VAE if vae is None else VAEArch.from_dict(vae),
+            sources=_sources(d, what),
+        )
+
+
+# ---- op builders ---------------------------------------------------------------------------
+
+def _act_bytes(dtype: str) -> int:
+    if dtype not in _BYTES:
+        raise ValueError(f"dtype must be one of {tuple(_BYTES)}, got {dtype!r}")
+    return 2 if dtype == "fp8" else _BYTES[dtype]
+
+
+def _act_dtype(dtype: str) -> str:
+    return "bf16" if dtype == "fp8" else dtype
+
+
+def _linear(name: str, m: int, n: int, k: int, dtype: str) -> Op:
+    """y[m,n] = x[m,k] @ W[k,n]: weights read once, input read, output written."""
+    a = _act_bytes(dtype)
+    return Op(name, 2.0 * m * n * k, float(k * n * _BYTES[dtype] + (m * k + m * n) * a),
+              gemm=(m, n, k), dtype=dtype)
+
+
+def _eltwise(name: str, read: float, written: float, flops_per_elem: float, dtype: str) -> Op:
+    """A memory-bound kernel reading ``read`` and writing ``written`` elements."""
+    return Op(name, float(flops_per_elem * written), float((read + written) * _act_bytes(dtype)),
+              dtype=_act_dtype(dtype))
+
+
+def _attention(name: str, batch: int, heads: int, q: int, kv: int, head_dim: int,
+               dtype: str) -> Op:
+    """Fused attention: QK^T and PV (4·q·kv·d FLOP per head); reads Q, K, V, writes O."""
+    flops = 4.0 * batch * heads * q * kv * head_dim
+    io = batch * heads * head_dim * (2 * q + 2 * kv) * _act_bytes(dtype)
+    return Op(name, flops, float(io), dtype=_act_dtype(dtype))
+
+
+def _split(total: int, tp: int, what: str) -> int:
+    if total % tp:
+        raise ValueError(f"tp={tp} does not divide {what} ({total})")
+    return total // tp
+
+
+def total_flops(ops: Iterable[Op]) -> float:
+    """FLOPs of a list of ops, counting repeats."""
+    return sum(op.flops * op.count for op in ops)
+
+
+def total_bytes(ops: Iterable[Op]) -> float:
+    """HBM bytes of a list of ops, counting repeats."""
+    return sum(op.bytes * op.count for op in ops)
+
+
+def merge_ops(ops: Iterable[Op]) -> list[Op]:
+    """Fold identical ops into one with the summed ``count`` (first-appearance order)."""
+    counts: dict[Op, int] = {}
+    for op in ops:
+        key = replace(op, count=1)
+        counts[key] = counts.get(key, 0) + op.count
+    return [replace(op, count=n) for op, n in counts.items()]
+
+
+# ---- tokens --------------------------------------------------------------------------------
+
+def image_tokens(arch: DiTArch, height_px: int, width_px: int) -> int:
+    """Image tokens of one image: (H/(vae·patch)) x (W/(vae·patch)); 4,096 at 1024² for patch 2.
+
+    FLUX's 2x2 packing of the 16-channel latent is the same thing as patch 2.
+    """
+    cell = arch.vae_downsample * arch.patch_size
+    if height_px <= 0 or width_px <= 0 or height_px % cell or width_px % cell:
+        raise ValueError(f"{arch.name}: image {height_px}x{width_px} px must be a positive "
+                         f"multiple of {cell} (VAE x{arch.vae_downsample}, patch {arch.patch_size})")
+    return (height_px // cell) * (width_px // cell)
+
+
+# ---- transformer blocks --------------------------------------------------------------------
+
+def _stream_pre(p: str, arch: DiTArch, tokens: int, batch: int, dtype: str, tp: int,
+                mod_width: int) -> list[Op]:
+    """Modulation, norm and QKV projection of one stream (plus qk-norm / RoPE)."""
+    D, inner_tp = arch.hidden, _split(arch.inner, tp, "heads*head_dim")
+    ops = []
+    if mod_width:  # adaLN: SiLU(temb) @ W[D, mod_width·D], replicated under tp
+        ops.append(_linear(f"{p}adaln_mod", batch, mod_width * D, D, dtype))
+    ops.append(_eltwise(f"{p}norm_mod", tokens * D, tokens * D, 7, dtype))
+    ops.append(_linear(f"{p}qkv", tokens, 3 * inner_tp, D, dtype))
+    if arch.qk_norm:
+        ops.append(_eltwise(f"{p}qk_norm", 2 * tokens * inner_tp, 2 * tokens * inner_tp, 4, dtype))
+    if arch.rope:
+        ops.append(_eltwise(f"{p}rope", 2 * tokens * inner_tp, 2 * tokens * inner_tp, 3, dtype))
+    return ops
+
+
+def _stream_post(p: str, arch: DiTArch, tokens: int, dtype: str, tp: int) -> list[Op]:
+    """Attention out-projection, gated residual, norm, MLP, gated residual of one stream."""
+    D, F = arch.hidden, _split(arch.mlp_hidden, tp, "MLP hidden")
+    inner_tp = arch.inner // tp
+    return [
+        _linear(f"{p}attn_out", tokens, D, inner_tp, dtype),
+        _eltwise(f"{p}gate_residual", 2 * tokens * D, tokens * D, 2, dtype),
+        _eltwise(f"{p}norm_mod", tokens * D, tokens * D, 7, dtype),
+        _linear(f"{p}mlp_in", tokens, F, D, dtype),
+        _eltwise(f"{p}gelu", tokens * F, tokens * F, 8, dtype),
+        _linear(f"{p}mlp_out", tokens, D, F, dtype),
+        _eltwise(f"{p}gate_residual", 2 * tokens * D, tokens * D, 2, dtype),
+    ]
+
+
+def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
+              dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None, *,
+              kind: str | None = None, text_stream: bool = True,
+              context_pre_only: bool = False) -> list[Op]:
+    """Operators of one transformer block, per GPU, for ``q_tokens`` image tokens per sample.
+
+    The image queries attend to ``kv_tokens`` image keys/values (``kv_tokens > q_tokens`` for a
+    PipeFusion patch reading stale K/V of the whole image); projections and MLP scale with
+    ``q_tokens``, attention with ``q_tokens · kv_tokens``. ``text_tokens`` (default: the
+    model's) is the text length: cross-attention keys (PixArt) or the joint text sequence
+    (SD3/FLUX), whose K/V every query also attends to. ``text_stream=False`` skips the text
+    tokens' own projections and MLP (their K/V assumed computed once and cached, e.g. by
+    another patch). ``tp`` splits heads and MLP columns; adaLN modulation and norms are
+    replicated. ``kind`` picks the block kind where a model has several (FLUX).
+    """
+    kinds = {k for k, _ in arch.segments}
+    if kind is None:
+        if len(kinds) != 1:
+            raise ValueError(f"{arch.name} has block kinds {sorted(kinds)}: pass kind=")
+        (kind,) = kinds
+    elif kind not in kinds:
+        raise ValueError(f"{arch.name} has no {kind!r} blocks (it has {sorted(kinds)})")
+    if q_tokens <= 0 or kv_tokens < q_tokens or batch <= 0 or tp <= 0:
+        raise ValueError(f"need q_tokens > 0, kv_tokens >= q_tokens, batch > 0, tp > 0; got "
+                         f"q={q_tokens}, kv={kv_tokens}, batch={batch}, tp={tp}")
+    T = arch.text_tokens if text_tokens is None else text_tokens
+    if T < 0 or (kind == "cross" and T == 0):
+        raise ValueError(f"{arch.name}: bad text_tokens {T}")
+    heads = _split(arch.heads, tp, "heads")
+    inner_tp = arch.inner // tp
+    D, bq, bT = arch.hidden, batch * q_tokens, batch * T
+    per_block_mod = arch.modulation == "per_block"
+
+    if kind in ("cross", "self"):
+        ops = [] if per_block_mod else [_eltwise("adaln_table", 12 * batch * D, 6 * batch * D, 1, dtype)]
+        ops += _stream_pre("", arch, bq, batch, dtype, tp, 6 if per_block_mod else 0)
+        ops.append(_attention("self_attn", batch, heads, q_tokens, kv_tokens, arch.head_dim, dtype))
+        post = _stream_post("", arch, bq, dtype, tp)
+        if kind == "cross":  # PixArt: x = x + CrossAttn(x, text), no norm, between attn and MLP
+            cross = [_linear("cross_q", bq, inner_tp, D, dtype)]
+            if text_stream:
+                cross.append(_linear("cross_kv", bT, 2 * inner_tp, D, dtype))
+            cross += [_attention("cross_attn", batch, heads, q_tokens, T, arch.head_dim, dtype),
+                      _linear("cross_out", bq, D, inner_tp, dtype),
+                      _eltwise("cross_residual", 2 * bq * D, bq * D, 1, dtype)]
+            post = post[:2] + cross + post[2:]
+        return ops + post
+
+    txt = T if text_stream else 0
+    if kind == "joint":
+        ops = _stream_pre("img_", arch, bq, batch, dtype, tp, 6)
+        if txt:
+            ops += _stream_pre("txt_", arch, batch * txt, batch, dtype, tp,
+                               2 if context_pre_only else 6)
+        ops.append(_attention("joint_attn", batch, heads, q_tokens + txt, kv_tokens + T,
+                              arch.head_dim, dtype))
+        ops += _stream_post("img_", arch, bq, dtype, tp)
+        if txt and not context_pre_only:
+            ops += _stream_post("txt_", arch, batch * txt, dtype, tp)
+        return ops
+
+    # single-stream (FLUX): text and image share weights; attention and MLP run in parallel
+    n = bq + batch * txt
+    F = _split(arch.mlp_hidden, tp, "MLP hidden")
+    ops = _stream_pre("", arch, n, batch, dtype, tp, 3)
+    ops[2:2] = [_linear("mlp_in", n, F, D, dtype)]
+    ops += [
+        _attention("joint_attn", batch, heads, q_tokens + txt, kv_tokens + T, arch.head_dim, dtype),
+        _eltwise("gelu", n * F, n * F, 8, dtype),
+        _eltwise("concat", n * (inner_tp + F), n * (inner_tp + F), 0, dtype),
+        _linear("proj_out", n, D, inner_tp + F, dtype),
+        _eltwise("gate_residual", 2 * n * D, n * D, 2, dtype),
+    ]
+    return ops
+
+
+def layer_ops(arch: DiTArch, layer_index: int, q_tokens: int, kv_tokens: int, batch: int = 1,
+              dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None, *,
+              text_stream: bool = True) -> list[Op]:
+    """Operators of layer ``layer_index`` (its block kind and, for SD3's last block, no text MLP)."""
+    kind = arch.layer_kind(layer_index)
+    last = layer_index == arch.num_layers - 1
+    return block_ops(arch, q_tokens, kv_tokens, batch, dtype, tp, text_tokens, kind=kind,
+                     text_stream=text_stream,
+                     context_pre_only=arch.context_pre_only_last and last and kind == "joint")
+
+
+def embed_ops(arch: DiTArch, q_tokens: int, batch: int = 1, dtype: str = "bf16",
+              text_tokens: int | None = None, *, text_stream: bool = True) -> list[Op]:
+    """Before the first block: patch embedding, timestep/guidance/pooled-text MLPs, text projection."""
+    D, bq = arch.hidden, batch * q_tokens
+    T = arch.text_tokens if text_tokens is None else text_tokens
+    ops = [_linear("patch_embed", bq, D, arch.latent_channels * arch.patch_size ** 2, dtype)]
+    if not arch.rope:
+        ops.append(_eltwise("pos_embed", 2 * bq * D, bq * D, 1, dtype))
+    cond = [("time", _TIME_FREQ_DIM)]
+    if arch.guidance_embed:
+        cond.append(("guidance", _TIME_FREQ_DIM))
+    if arch.pooled_text_dim:
+        cond.append(("pooled", arch.pooled_text_dim))
+    for name, width in cond:
+        ops += [_linear(f"{name}_embed_1", batch, D, width, dtype),
+                _linear(f"{name}_embed_2", batch, D, D, dtype)]
+    if arch.text_mode == "class":
+        ops.append(_eltwise("class_embed", batch * D, batch * D, 1, dtype))
+    if arch.modulation == "single":
+        ops.append(_linear("adaln_single", batch, 6 * D, D, dtype))
+    if text_stream and T and arch.context_embedder != "none":
+        ops.append(_linear("context_embed", batch * T, D, arch.caption_channels, dtype))
+        if arch.context_embedder == "mlp":
+            ops += [_eltwise("context_gelu", batch * T * D, batch * T * D, 8, dtype),
+                    _linear("context_embed_2", batch * T, D, D, dtype)]
+    return ops
+
+
+def final_ops(arch: DiTArch, q_tokens: int, batch: int = 1, dtype: str = "bf16") -> list[Op]:
+    """After the last block: final norm with modulation and the projection back to latent patches."""
+    D, bq = arch.hidden, batch * q_tokens
+    ops = []
+    if arch.modulation == "per_block":
+        ops.append(_linear("final_mod", batch, 2 * D, D, dtype))
+    ops += [_eltwise("final_norm_mod", bq * D, bq * D, 7, dtype),
+            _linear("final_proj", bq, arch.out_channels * arch.patch_size ** 2, D, dtype)]
+    return ops
+
+
+def stage_ops(arch: DiTArch, start: int, stop: int, q_tokens: int, kv_tokens: int,
+              batch: int = 1, dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None,
+              *, text_stream: bool = True) -> list[Op]:
+    """Operators of a pipeline stage holding layers [start, stop), identical blocks folded by count.
+
+    The stage that holds layer 0 also runs the embeddings; the one holding the last layer, the
+    final projection.
+    """
+    if not 0 <= start < stop <= arch.num_layers:
+        raise ValueError(f"{arch.name}: bad layer range [{start}, {stop}) of {arch.num_layers}")
+    ops: list[Op] = []
+    if start == 0:
+        ops += embed_ops(arch, q_tokens, batch, dtype, text_tokens, text_stream=text_stream)
+    # runs of identical blocks: same kind, and SD3's context-pre-only last block on its own
+    last = arch.num_layers - 1
+    runs: list[list[int]] = []
+    for i in range(start, stop):
+        key = (arch.layer_kind(i), i == last)
+        if runs and runs[-1][0] == key:
+            runs[-1][2] += 1
+        else:
+            runs.append([key, i, 1])
+    for _, first, n in runs:
+        ops += [replace(op, count=op.count * n) for op in
+                layer_ops(arch, first, q_tokens, kv_tokens, batch, dtype, tp, text_tokens,
+                          text_stream=text_stream)]
+    if stop == arch.num_layers:
+        ops += final_ops(arch, q_tokens, batch, dtype)
+    return merge_ops(ops)
+
+
+def model_ops(arch: DiTArch, q_tokens: int, kv_tokens: int | None = None, batch: int = 1,
+              dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None, *,
+              text_stream: bool = True) -> list[Op]:
+    """Operators of one full forward pass (embeddings, every block, final layer)."""
+    kv = q_tokens if kv_tokens is None else kv_tokens
+    return stage_ops(arch, 0, arch.num_layers, q_tokens, kv, batch, dtype, tp, text_tokens,
+                     text_stream=text_stream)
+
+
+def forward_flops(arch: DiTArch, height: int, width: int, batch: int = 1) -> float:
+    """FLOPs of one transformer forward pass at ``height`` x ``width`` pixels (no encoder, no VAE)."""
+    s = image_tokens(arch, height, width)
+    return total_flops(model_ops(arch, s, s, batch))
+
+
+def param_count(arch: DiTArch) -> float:
+    """Transformer parameters derived from the shapes (matmul weights + embedding tables)."""
+    ops = model_ops(arch, 1, 1, 1, "bf16")
+    table = arch.num_classes + 1 if arch.text_mode == "class" else 0
+    return float(sum(op.gemm[1] * op.gemm[2] * op.count for op in ops if op.gemm)
+                 + table * arch.hidden)
+
+
+# ---- memory helpers ------------------------------------------------------------------------
+
+def dit_memory(arch: DiTArch, dtype: str = "bf16", *, text_encoders: bool = False,
+               vae: bool = False) -> float:
+    """Parameter bytes of the transformer (catalog count), optionally with encoders and VAE."""
+    n = arch.params
+    if text_encoders:
+        n += sum(e.params for e in arch.text_encoders)
+    if vae:
+        n += arch.vae.params
+    if dtype not in _BYTES:
+        raise ValueError(f"dtype must be one of {tuple(_BYTES)}, got {dtype!r}")
+    return n * _BYTES[dtype]
+
+
+def activation_bytes(arch: DiTArch, tokens: int, batch: int = 1, dtype: str = "bf16") -> float:
+    """The hidden-state tensor of ``tokens`` tokens: what one pipeline stage hands the next."""
+    return float(batch * tokens * arch.hidden * _act_bytes(dtype))
+
+
+def peak_activation_bytes(arch: DiTArch, tokens: int, batch: int = 1,
+                          dtype: str = "bf16") -> float:
+    """Largest transient working set inside a block (residual + widest intermediates).
+
+    Flash attention never materializes the score matrix, so the MLP hidden (or, for FLUX
+    single blocks, QKV + MLP hidden + their concatenation) dominates.
+    """
+    D, F, inner = arch.hidden, arch.mlp_hidden, arch.inner
+    widest = 2 * D + 2 * F
+    if any(k == "single" for k, _ in arch.segments):
+        widest = max(widest, D + 3 * inner + F + (inner + F) * 2)
+    return float(batch * tokens * widest * _act_bytes(dtype))
+
+
+def kv_bytes(arch: DiTArch, tokens: int, layers: int, batch: int = 1, dtype: str = "bf16",
+             tp: int = 1) -> float:
+    """K and V of ``tokens`` tokens over ``layers`` layers per GPU (stale-KV buffers)."""
+    return float(2 * batch * tokens * _split(arch.inner, tp, "heads*head_dim") * layers
+                 * _act_bytes(dtype))
+
+
+# ---- text encoders -------------------------------------------------------------------------
+
+def _encoder_ops(enc: TextEncoderArch, batch: int, dtype: str) -> list[Op]:
+    D, T, F, inner = enc.hidden, batch * enc.tokens, enc.ffn, enc.heads * enc.head_dim
+    p = f"{enc.name}."
+    layer = [
+        _eltwise(p + "norm", T * D, T * D, 5, dtype),
+        _linear(p + "qkv", T, 3 * inner, D, dtype),
+        _attention(p + "attn", batch, enc.heads, enc.tokens, enc.tokens, enc.head_dim, dtype),
+        _linear(p + "attn_out", T, D, inner, dtype),
+        _eltwise(p + "residual", 2 * T * D, T * D, 1, dtype),
+        _eltwise(p + "norm", T * D, T * D, 5, dtype),
+    ]
+    if enc.ffn_kind == "gated_gelu":
+        layer += [_linear(p + "wi_0", T, F, D, dtype), _linear(p + "wi_1", T, F, D, dtype),
+                  _eltwise(p + "gelu_mul", 2 * T * F, T * F, 9, dtype)]
+    else:
+        layer += [_linear(p + "fc1", T, F, D, dtype), _eltwise(p + "gelu", T * F, T * F, 8, dtype)]
+    layer += [_linear(p + "ffn_out", T, D, F, dtype),
+              _eltwise(p + "residual", 2 * T * D, T * D, 1, dtype)]
+    return ([_eltwise(p + "embed", T * D, T * D, 0, dtype)]
+            + [replace(op, count=op.count * enc.layers) for op in merge_ops(layer)]
+            + [_eltwise(p + "final_norm", T * D, T * D, 5, dtype)])
+
+
+def text_encoder_ops(arch: DiTArch, batch: int = 1, dtype: str = "bf16") -> list[Op]:
+    """Forward of every text encoder of ``arch`` over its own token count (empty for class models)."""
+    return [op for enc in arch.text_encoders for op in _encoder_ops(enc, batch, dtype)]
+
+
+def text_encoder_params(enc: TextEncoderArch) -> float:
+    """Encoder parameters derived from its shape (embedding table + layers)."""
+    inner = enc.heads * enc.head_dim
+    ffn_in = 2 if enc.ffn_kind == "gated_gelu" else 1
+    per_layer = 4 * enc.hidden * inner + (ffn_in + 1) * enc.hidden * enc.ffn
+    return float(enc.vocab * enc.hidden + enc.layers * per_layer)
+
+
+# ---- VAE decoder ---------------------------------------------------------------------------
+
+def _conv(name: str, pixels: int, cin: int, cout: int, ksize: int, dtype: str) -> Op:
+    """A convolution as an implicit GEMM: m = output pixels, n = cout, k = cin·ksize²."""
+    return _linear(name, pixels, cout, cin * ksize * ksize, dtype)
+
+
+def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str) -> list[Op]:
+    ops = [_eltwise(p + "norm_silu", pixels * cin, pixels * cin, 8, dtype),
+           _conv(p + "conv1", pixels, cin, cout, 3, dtype),
+           _eltwise(p + "norm_silu", pixels * cout, pixels * cout, 8, dtype),
+           _conv(p + "conv2", pixels, cout, cout, 3, dtype)]
+    if cin != cout:
+        ops.append(_conv(p + "shortcut", pixels, cin, cout, 1, dtype))
+    ops.append(_eltwise(p + "residual", 2 * pixels * cout, pixels * cout, 1, dtype))
+    return ops
+
+
+def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
+                   vae: VAEArch = SD_VAE) -> list[Op]:
+    """AutoencoderKL decoder from the latent to ``height`` x ``width`` RGB, per its structure.
+
+    conv_in, a mid block (resnet, single-head attention over all latent pixels, resnet), then
+    one up block per level with ``layers_per_block + 1`` resnets and a nearest-2x upsample +
+    3x3 conv between levels, then norm and conv_out. Conv FLOPs scale with pixels; the mid
+    attention with pixels², which is why 2048² costs 4.6x rather than 4x of 1024².
+    """
+    f = vae.downsample
+    if height <= 0 or width <= 0 or height % f or width % f:
+        raise ValueError(f"VAE decode: {height}x{width} px must be a positive multiple of {f}")
+    chans = list(reversed(vae.block_out_channels))
+    lat = height // f * (width // f)
+    px = batch * lat
+    ops: list[Op] = []
+    if vae.quant_conv:
+        ops.append(_conv("post_quant_conv", px, vae.latent_channels, vae.latent_channels, 1, dtype))
+    ops.append(_conv("conv_in", px, vae.latent_channels, chans[0], 3, dtype))
+    c = chans[0]
+    ops += _resnet("mid.res0.", px, c, c, dtype)
+    if vae.mid_attention:
+        ops += [_eltwise("mid.attn_norm", px * c, px * c, 5, dtype),
+                _linear("mid.attn_qkv", px, 3 * c, c, dtype),
+                _attention("mid.attn", batch, 1, lat, lat, c, dtype),
+                _linear("mid.attn_out", px, c, c, dtype),
+                _eltwise("mid.attn_residual", 2 * px * c, px * c, 1, dtype)]
+    ops += _resnet("mid.res1.", px, c, c, dtype)
+    for level, cout in enumerate(chans):
+        for j in range(vae.layers_per_block + 1):
+            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype)
+            c = cout
+        if level < len(chans) - 1:
+            ops += [_eltwise(f"up{level}.upsample", px * c, 4 * px * c, 0, dtype),
+                    _conv(f"up{level}.upsample_conv", 4 * px, c, c, 3, dtype)]
+            px *= 4
+    ops += [_eltwise("norm_out_silu", px * c, px * c, 8, dtype),
+            _conv("conv_out", px, c, vae.out_channels, 3, dtype)]
+    return ops
+
+
+def vae_decode_flops(height: int, width: int, batch: int = 1, vae: VAEArch = SD_VAE) -> float:
+    """FLOPs of one VAE decode at ``height`` x ``width`` pixels."""
+    return total_flops(vae_decode_ops(height, width, "bf16", batch, vae))
+
+
+def vae_decoder_params(vae: VAEArch = SD_VAE) -> float:
+    """Decoder parameters derived from the structure (conv and attention weights)."""
+    ops = vae_decode_ops(vae.downsample, vae.downsample, "bf16", 1, vae)
+    return float(sum(op.gemm[1] * op.gemm[2] for op in ops if op.gemm))

@@ -1,0 +1,234 @@
+"""Cost of a decoder-only transformer step: FLOPs and bytes per operator, timed on a GPU model.
+
+A step is a batch of new tokens: decode tokens (one per running request, attending to its
+context) and prefill chunks (n new tokens after p cached ones). Weights are read once per
+step; attention reads each request's own K/V. Tensor parallelism splits heads and MLP
+columns and adds two all-reduces per layer; pipeline parallelism splits the layers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..hardware.collectives import p2p_time, ring_allreduce_time
+from ..hardware.gpu import GPU
+from .ops import Op
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+KERNELS_PER_LAYER = 9
+LOGIT_BYTES = 4
+
+
+def allreduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """All-reduce by the fastest of the algorithms serving engines pick from.
+
+    Ring (2(n-1) neighbour steps); one-shot (every GPU reads all peers' buffers, then
+    reduces: two latencies, (n-1) buffers in); two-shot (reduce-scatter then all-gather
+    with direct peer access: two latencies, 2(n-1)/n buffers in). The last two are
+    TensorRT-LLM's custom all-reduce strategies on a switched fabric.
+    """
+    if n <= 1:
+        return 0.0
+    one_shot = 2 * latency + (n - 1) * nbytes / bandwidth
+    two_shot = 2 * latency + 2 * (n - 1) / n * nbytes / bandwidth
+    return min(ring_allreduce_time(nbytes, n, bandwidth, latency), one_shot, two_shot)
+
+
+@dataclass(frozen=True)
+class LLMShape:
+    """The per-GPU shape of a model under tensor and pipeline parallelism."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    experts: int = 1
+    top_k: int = 1
+
+    @classmethod
+    def from_spec(cls, spec) -> "LLMShape":
+        return cls(spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn,
+                   spec.vocab, spec.experts, spec.top_k)
+
+    def layer_params(self) -> tuple[int, int]:
+        """(attention params, MLP params of all experts) of one layer."""
+        h, hd = self.hidden, self.head_dim
+        attn = h * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * h
+        mlp = 3 * h * self.ffn * self.experts + (h * self.experts if self.experts > 1 else 0)
+        return attn, mlp
+
+    def params(self) -> int:
+        """Total parameters (untied embedding and LM head, norms included)."""
+        attn, mlp = self.layer_params()
+        return self.layers * (attn + mlp + 2 * self.hidden) + 2 * self.vocab * self.hidden + self.hidden
+
+    def active_params(self) -> int:
+        """Parameters touched per token (top-k experts only)."""
+        attn, _ = self.layer_params()
+        mlp = 3 * self.hidden * self.ffn * self.top_k
+        return self.layers * (attn + mlp + 2 * self.hidden) + 2 * self.vocab * self.hidden
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V bytes of one token across all layers (whole model)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass
+class StepCost:
+    """Per-step GPU time split into compute and communication, seconds."""
+
+    compute: float
+    comm: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.comm
+
+
+@dataclass
+class LLMCostModel:
+    """Times engine steps of one model replica (tp x pp GPUs) on a GPU model and GPU link."""
+
+    shape: LLMShape
+    gpu: GPU
+    dtype: str
+    tp: int = 1
+    pp: int = 1
+    link_bandwidth: float = 0.0
+    link_latency: float = 0.0
+    _gemm_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def b(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def attn_dtype(self) -> str:
+        return "bf16" if self.dtype == "fp8" else self.dtype
+
+    @property
+    def layers_per_stage(self) -> int:
+        return math.ceil(self.shape.layers / self.pp)
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights one GPU holds: its layers' share under TP plus its share of embedding/LM head."""
+        s = self.shape
+        attn, mlp = s.layer_params()
+        per_layer = (attn + mlp) / self.tp + 2 * s.hidden
+        emb = s.vocab * s.hidden / self.tp
+        return (self.layers_per_stage * per_layer + emb) * self.b
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """K/V bytes one token occupies on one GPU."""
+        kv_heads = max(1, self.shape.kv_heads // self.tp)
+        return 2 * self.layers_per_stage * kv_heads * self.shape.head_dim * self.b
+
+    def _linear_ops(self, t: int) -> list[Op]:
+        """One layer's token-parallel ops (everything but attention) for t new tokens."""
+        s, b, tp, dt = self.shape, self.b, self.tp, self.dtype
+        h = s.hidden
+        q_out = s.heads * s.head_dim // tp
+        kv_out = 2 * max(1, s.kv_heads // tp) * s.head_dim
+        ops = [
+            Op("norm", 5 * t * h, 2 * t * h * b, dtype=dt),
+            Op("qkv", 2 * t * h * (q_out + kv_out), (h * (q_out + kv_out) + t * h + t * (q_out + kv_out)) * b,
+               gemm=(t, q_out + kv_out, h), dtype=dt),
+            Op("rope_kv_write", 6 * t * (q_out + kv_out), 2 * t * (q_out + kv_out) * b, dtype=dt),
+            Op("o_proj", 2 * t * q_out * h, (q_out * h + t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=dt),
+            Op("residual_norm", 8 * t * h, 4 * t * h * b, dtype=dt),
+        ]
+        f = s.ffn // tp
+        if s.experts == 1:
+            ops += [
+                Op("gate_up", 4 * t * h * f, (2 * h * f + t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=dt),
+                Op("act_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
+                Op("down", 2 * t * f * h, (f * h + t * f + t * h) * b, gemm=(t, h, f), dtype=dt),
+            ]
+        else:
+            # Expected number of distinct experts hit by t tokens choosing top_k of E each.
+            e, k = s.experts, s.top_k
+            active = e * (1.0 - (1.0 - k / e) ** t)
+            routed = t * k
+            ops += [
+                Op("router", 2 * t * h * e, (h * e + t * h) * b, dtype=dt),
+                Op("moe_experts", 6 * routed * h * f,
+                   active * 3 * h * f * b + (2 * routed * h + 3 * routed * f) * b, dtype=dt),
+                Op("moe_combine", 2 * routed * h, 2 * routed * h * b, dtype=dt),
+            ]
+        ops.append(Op("residual", t * h, 3 * t * h * b, dtype=dt))
+        return ops
+
+    def linear_time(self, t: int) -> float:
+        """GPU time of all token-parallel ops of one stage's layers for t new tokens (memoized)."""
+        cached = self._gemm_cache.get(t)
+        if cached is None:
+            cached = self.layers_per_stage * self.gpu.ops_time(self._linear_ops(t))
+            self._gemm_cache[t] = cached
+        return cached
+
+    def head_time(self, sequences: int) -> float:
+        """Final norm, LM head over the sampled positions and sampling."""
+        s, b = self.shape, self.b
+        v = s.vocab // self.tp
+        n = max(sequences, 1)
+        ops = [
+            Op("final_norm", 5 * n * s.hidden, 2 * n * s.hidden * b, dtype=self.dtype),
+            Op("lm_head", 2 * n * s.hidden * v, (s.hidden * v + n * s.hidden) * b + n * v * LOGIT_BYTES,
+               gemm=(n, v, s.hidden), dtype=self.dtype),
+            Op("sample", 10 * n * s.vocab, 2 * n * s.vocab * LOGIT_BYTES, dtype="fp32"),
+        ]
+        return self.gpu.ops_time(ops)
+
+    def attention_time(self, decode_context: float, decode_requests: int,
+                       prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float) -> float:
+        """Attention of one stage's layers.
+
+        ``decode_context``: sum of context lengths of decoding requests; ``prefill_pairs``:
+        sum over prefill chunks of n*(p + (n+1)/2), the causal query-key pairs;
+        ``prefill_kv_tokens``: sum of p + n (keys read); ``prefill_tokens``: sum of n.
+        """
+        s, b = self.shape, self.b
+        qh = s.heads // self.tp
+        kvh = max(1, s.kv_heads // self.tp)
+        hd = s.head_dim
+        ops = []
+        if decode_requests:
+            ops.append(Op("attn_decode", 4 * decode_context * qh * hd,
+                          decode_context * 2 * kvh * hd * b + 2 * decode_requests * qh * hd * b,
+                          dtype=self.attn_dtype))
+        if prefill_tokens:
+            ops.append(Op("attn_prefill", 4 * prefill_pairs * qh * hd,
+                          prefill_kv_tokens * 2 * kvh * hd * b + 2 * prefill_tokens * qh * hd * b,
+                          dtype=self.attn_dtype))
+        return self.layers_per_stage * self.gpu.ops_time(ops)
+
+    def comm_time(self, tokens: int) -> float:
+        """TP all-reduces (two per layer) and PP activation sends for one step."""
+        t = 0.0
+        if self.tp > 1:
+            nbytes = tokens * self.shape.hidden * self.b
+            t += 2 * self.shape.layers * allreduce_time(nbytes, self.tp, self.link_bandwidth, self.link_latency) / self.pp
+            t *= self.pp
+        if self.pp > 1:
+            t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
+        return t
+
+    def step(self, decode_context: float, decode_requests: int, prefill_chunks: list[tuple[int, int]]) -> StepCost:
+        """Time of one engine step; ``prefill_chunks`` is a list of (cached tokens p, new tokens n)."""
+        n_new = sum(n for _, n in prefill_chunks)
+        tokens = decode_requests + n_new
+        pairs = sum(n * (p + (n + 1) / 2) for p, n in prefill_chunks)
+        kv = sum(p + n for p, n in prefill_chunks)
+        stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new)
+        sampled = decode_requests + len(prefill_chunks)
+        compute = self.pp * stage + self.head_time(sampled)
+        return StepCost(compute=compute, comm=self.comm_time(tokens))
+
+    def kernels_per_step(self) -> int:
+        """Kernel launches of one step (for eager-mode launch cost)."""
+        return self.shape.layers * KERNELS_PER_LAYER + 4
+

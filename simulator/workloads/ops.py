@@ -1,0 +1,22 @@
+"""The unit of work handed to a GPU model: one operator's FLOPs and HBM bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel: ``flops`` of arithmetic, ``bytes`` of HBM traffic, repeated ``count`` times.
+
+    ``gemm`` carries the (m, n, k) shape of a matrix multiply so the GPU model can account
+    for tile and wave quantization; ``None`` for everything else (attention, norms, elementwise).
+    ``dtype`` picks the peak: ``"bf16"``, ``"fp16"``, ``"fp8"`` or ``"fp32"``.
+    """
+
+    name: str
+    flops: float
+    bytes: float
+    gemm: tuple[int, int, int] | None = None
+    count: int = 1
+    dtype: str = "bf16"

@@ -1,0 +1,87 @@
+"""The GPU calibration script takes the no-GPU path cleanly: one line, exit 0, nothing written."""
+
+import sys
+import types
+
+import pytest
+
+from simulator.calibrate import measure_gpu
+from simulator.units import parse
+
+
+def test_without_torch_returns_0_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    out = tmp_path / "gpu.yaml"
+    assert measure_gpu.main(["--out", str(out)]) == 0
+    assert not out.exists()
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and "no CUDA GPU" in printed[0]
+
+
+def test_without_cuda_returns_0_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setattr(measure_gpu, "_load_torch", lambda: fake)
+    out = tmp_path / "gpu.yaml"
+    assert measure_gpu.main(["--out", str(out), "--peak-bf16-tflops", "989"]) == 0
+    assert not out.exists()
+    assert "is_available() is false" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value,unit,dimension", [(7.12e14, "FLOPS", "flops"), (4.3e12, "B/s", "bandwidth"),
+                                                  (2.5e10, "B/s", "bandwidth"), (12.0, "FLOPS", "flops")])
+def test_rates_are_written_in_units_the_catalog_parses(value, unit, dimension):
+    assert parse(measure_gpu._fmt(value, unit), dimension) == pytest.approx(value, rel=1e-3)
+
+
+class _FakeTensor:
+    def copy_(self, src, non_blocking=False):
+        return self
+
+    fill_ = add_ = lambda self, *a, **k: self
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = 0.0
+
+    def record(self):
+        import time
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return max(end.t - self.t, 1e-6) * 1e3
+
+
+def _fake_torch():
+    """Just enough of torch's API to drive every measurement without a GPU."""
+    tensor = lambda *a, **k: _FakeTensor()  # noqa: E731
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True, synchronize=lambda: None, Event=_FakeEvent, empty_cache=lambda: None,
+        get_device_name=lambda *a: "Fake GPU", current_device=lambda: 0,
+        get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 * 2**30, multi_processor_count=132))
+    return types.SimpleNamespace(
+        cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), __version__="0.0-fake",
+        bfloat16="bf16", int64="i64", uint8="u8",
+        randn=tensor, empty=tensor, empty_like=tensor, zeros=tensor, randint=tensor, matmul=tensor)
+
+
+def test_gpu_path_writes_a_parseable_profile(monkeypatch, tmp_path):
+    import yaml
+
+    monkeypatch.setattr(measure_gpu, "_load_torch", _fake_torch)
+    monkeypatch.setattr(measure_gpu, "_driver_version", lambda: "550.00")
+    out = tmp_path / "gpu.yaml"
+    assert measure_gpu.main(["--out", str(out), "--peak-bf16-tflops", "989", "--peak-hbm-bandwidth", "4.8 TB/s"]) == 0
+    profile = yaml.safe_load(out.read_text())
+    gpu = profile["gpu"]
+    assert gpu["name"] == "Fake GPU"
+    assert set(gpu["achievable"]) == {"matmul", "hbm_bandwidth"}
+    assert parse(gpu["measured_matmul_flops"], "flops") > 0
+    assert parse(gpu["measured_hbm_bandwidth"], "bandwidth") > 0
+    assert parse(gpu["launch_overhead"], "time") > 0
+    assert sorted(gpu["d2h_latency_pinned"]) == list(measure_gpu.D2H_BATCHES)
+    assert all(parse(v, "time") > 0 for v in gpu["d2h_latency_pageable"].values())
+    assert profile["measured"]["driver"] == "550.00" and "--peak-bf16-tflops" in profile["measured"]["command"]
