@@ -14,9 +14,11 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
 from . import catalog
+from .dit_models import DiTScenario, TokenPipelineScenario
 from .models import LLMScenario
 
-SCENARIO_KINDS: dict[str, type[BaseModel]] = {"llm": LLMScenario}
+SCENARIO_KINDS: dict[str, type[BaseModel]] = {"llm": LLMScenario, "dit": DiTScenario,
+                                              "token_pipeline": TokenPipelineScenario}
 
 
 def register_kind(kind: str, model: type[BaseModel]) -> None:

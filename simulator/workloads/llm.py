@@ -101,6 +101,8 @@ class LLMCostModel:
     link_bandwidth: float = 0.0
     link_latency: float = 0.0
     _gemm_cache: dict = field(default_factory=dict, repr=False)
+    _head_cache: dict = field(default_factory=dict, repr=False)
+    _comm_cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def b(self) -> int:
@@ -171,7 +173,13 @@ class LLMCostModel:
         return cached
 
     def head_time(self, sequences: int) -> float:
-        """Final norm, LM head over the sampled positions and sampling."""
+        """Final norm, LM head over the sampled positions and sampling (memoized)."""
+        cached = self._head_cache.get(sequences)
+        if cached is None:
+            cached = self._head_cache[sequences] = self._head_time(sequences)
+        return cached
+
+    def _head_time(self, sequences: int) -> float:
         s, b = self.shape, self.b
         v = s.vocab // self.tp
         n = max(sequences, 1)
@@ -195,19 +203,24 @@ class LLMCostModel:
         qh = s.heads // self.tp
         kvh = max(1, s.kv_heads // self.tp)
         hd = s.head_dim
-        ops = []
+        rate, bw, k = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth, self.gpu.kernel_overhead
+        t = 0.0
         if decode_requests:
-            ops.append(Op("attn_decode", 4 * decode_context * qh * hd,
-                          decode_context * 2 * kvh * hd * b + 2 * decode_requests * qh * hd * b,
-                          dtype=self.attn_dtype))
+            t += max(4 * decode_context * qh * hd / rate,
+                     (decode_context * 2 * kvh * hd * b + 2 * decode_requests * qh * hd * b) / bw) + k
         if prefill_tokens:
-            ops.append(Op("attn_prefill", 4 * prefill_pairs * qh * hd,
-                          prefill_kv_tokens * 2 * kvh * hd * b + 2 * prefill_tokens * qh * hd * b,
-                          dtype=self.attn_dtype))
-        return self.layers_per_stage * self.gpu.ops_time(ops)
+            t += max(4 * prefill_pairs * qh * hd / rate,
+                     (prefill_kv_tokens * 2 * kvh * hd * b + 2 * prefill_tokens * qh * hd * b) / bw) + k
+        return self.layers_per_stage * t
 
     def comm_time(self, tokens: int) -> float:
-        """TP all-reduces (two per layer) and PP activation sends for one step."""
+        """TP all-reduces (two per layer) and PP activation sends for one step (memoized)."""
+        cached = self._comm_cache.get(tokens)
+        if cached is None:
+            cached = self._comm_cache[tokens] = self._comm_time(tokens)
+        return cached
+
+    def _comm_time(self, tokens: int) -> float:
         t = 0.0
         if self.tp > 1:
             nbytes = tokens * self.shape.hidden * self.b

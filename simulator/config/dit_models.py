@@ -1,0 +1,317 @@
+"""Typed, validated scenario models of the DiT path (kind ``dit``) and the token pipeline.
+
+Catalog names are resolved to dicts by the loader before validation; the ``model`` dict is
+checked here by building the architecture, so a bad catalog entry or override is reported
+at ``model``. Impossible parallel layouts raise :class:`ConfigError` with the key path.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from importlib import resources
+from typing import Literal, Optional, Union
+
+import yaml
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from ..errors import ConfigError
+from .models import Hardware, LLMSpec, Strict, Workload
+from .quantities import PositiveSeconds
+
+# ---- image codecs (catalog/image_codecs.yaml) ---------------------------------------------
+
+
+class CodecCost(Strict):
+    """CPU seconds per pixel and output size as a fraction of raw 8-bit RGB."""
+
+    seconds_per_pixel: float = Field(ge=0)
+    size_ratio: float = Field(gt=0, le=1.5)
+
+
+class PNGCodec(Strict):
+    """PNG cost per zlib compression level (0-9)."""
+
+    levels: dict[int, CodecCost]
+    default_level: int = 6
+    sources: dict[str, str] = {}
+
+
+class SimpleCodec(CodecCost):
+    sources: dict[str, str] = {}
+
+
+class ImageCodecs(Strict):
+    """The image-encode catalog: PNG per level, JPEG, raw."""
+
+    png: PNGCodec
+    jpeg: SimpleCodec
+    raw: SimpleCodec
+
+    def cost(self, fmt: str, level: Optional[int]) -> CodecCost:
+        """(seconds per pixel, size ratio) of ``fmt`` (png|jpeg|raw) at ``level`` (PNG only)."""
+        if fmt == "png":
+            lvl = self.png.default_level if level is None else level
+            return self.png.levels[lvl]
+        return getattr(self, fmt)
+
+
+@lru_cache(maxsize=None)
+def image_codecs() -> ImageCodecs:
+    """The shipped image-codec catalog, validated."""
+    text = (resources.files("simulator.config") / "catalog" / "image_codecs.yaml").read_text()
+    return ImageCodecs.model_validate(yaml.safe_load(text))
+
+
+# ---- DiT scenario ----------------------------------------------------------------------------
+
+
+class DiTParallel(Strict):
+    """Parallel degrees in xDiT's terms; their product is the number of GPUs."""
+
+    cfg: Literal[1, 2] = 1
+    pipefusion: PositiveInt = 1
+    ulysses: PositiveInt = 1
+    ring: PositiveInt = 1
+    tensor: PositiveInt = 1
+    distrifusion: PositiveInt = 1
+    patches: Optional[PositiveInt] = None
+    warmup_steps: int = Field(1, ge=0)
+    vae_parallel: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return (self.cfg * self.pipefusion * self.ulysses * self.ring * self.tensor
+                * self.distrifusion)
+
+    @property
+    def num_patches(self) -> int:
+        """M: given, else the pipeline degree (PipeFusion's usual M = N)."""
+        return self.patches if self.patches is not None else self.pipefusion
+
+
+class Delivery(Strict):
+    """What happens after the last denoising step: VAE, encode format, transport."""
+
+    vae: bool = True
+    format: Literal["png", "jpeg", "raw", "latent"] = "png"
+    compress_level: Optional[int] = Field(None, ge=0, le=9)
+    base64: bool = False
+    response_header_bytes: float = Field(200.0, ge=0)
+
+
+class Kernels(Strict):
+    """Achievable efficiency of the fused attention kernel, relative to the GEMM figure.
+
+    ``attention_efficiency``: fraction of peak FLOP/s a FlashAttention-2 forward reaches
+    (Dao, arXiv 2307.08691: 50-73% of A100 peak; the forward pass reaches the top of the
+    range). ``head_dim_multiple``: FlashAttention rounds the head dimension up to a multiple
+    of 32 (≤ 128) and runs the padded kernel (flash_api.cpp ``round_multiple(head_size, 32)``),
+    so PixArt's 72 runs as 96.
+    """
+
+    attention_efficiency: float = Field(0.73, gt=0, le=1)
+    head_dim_multiple: PositiveInt = 32
+
+
+def _parse_resolution(v) -> tuple[int, int]:
+    if isinstance(v, bool):
+        raise ValueError(f"resolution must be an integer or 'WIDTHxHEIGHT', got {v!r}")
+    if isinstance(v, int):
+        return v, v
+    if isinstance(v, str):
+        parts = v.lower().replace(" ", "").split("x")
+        if len(parts) == 1 and parts[0].isdigit():
+            return int(parts[0]), int(parts[0])
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            return int(parts[0]), int(parts[1])
+    raise ValueError(f"resolution must be an integer or 'WIDTHxHEIGHT', got {v!r}")
+
+
+def _dit_arch(model: dict):
+    from ..workloads.dit import DiTArch  # workloads sit below config in use, not in import order
+    try:
+        return DiTArch.from_dict(model, model.get("name"))
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="model") from None
+
+
+class DiTScenario(Strict):
+    """A complete DiT-inference scenario: model, image, steps, parallel layout, last mile."""
+
+    kind: Literal["dit"] = "dit"
+    name: str = "dit-scenario"
+    description: str = ""
+    seed: int = 0
+    model: dict
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    resolution: Union[int, str] = 1024
+    steps: PositiveInt = 20
+    cfg: bool = True
+    text_encode: bool = True
+    gpus: Optional[PositiveInt] = None
+    parallel: DiTParallel = DiTParallel()
+    delivery: Delivery = Delivery()
+    kernels: Kernels = Kernels()
+    workload: Workload = Workload(requests=4, arrival="closed", concurrency=1)
+    hardware: Hardware
+    record_spans: bool = True
+    max_sim_time: Optional[PositiveSeconds] = None
+
+    @field_validator("resolution")
+    @classmethod
+    def _res(cls, v):
+        w, h = _parse_resolution(v)
+        if w <= 0 or h <= 0:
+            raise ValueError(f"resolution must be positive, got {v!r}")
+        return v
+
+    @property
+    def width(self) -> int:
+        return _parse_resolution(self.resolution)[0]
+
+    @property
+    def height(self) -> int:
+        return _parse_resolution(self.resolution)[1]
+
+    @property
+    def arch(self):
+        """The validated :class:`~simulator.workloads.dit.DiTArch` of ``model``."""
+        return _dit_arch(self.model)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.parallel.gpus
+
+    @property
+    def batch(self) -> int:
+        """Images in one forward per GPU: 2 with CFG, unless CFG is split across GPUs."""
+        return 2 if self.cfg and self.parallel.cfg == 1 else 1
+
+    @model_validator(mode="after")
+    def _check(self):
+        arch = _dit_arch(self.model)
+        p = self.parallel
+        if self.gpus is not None and self.gpus != p.gpus:
+            raise ConfigError(
+                f"gpus is {self.gpus} but the parallel degrees multiply to {p.gpus} "
+                f"(cfg {p.cfg} x pipefusion {p.pipefusion} x ulysses {p.ulysses} x ring {p.ring}"
+                f" x tensor {p.tensor} x distrifusion {p.distrifusion})", path="gpus")
+        if p.cfg == 2 and not self.cfg:
+            raise ConfigError("parallel.cfg 2 splits the two CFG branches; it needs cfg: true",
+                              path="parallel.cfg")
+        cell = arch.vae_downsample * arch.patch_size
+        if self.width % cell or self.height % cell:
+            raise ConfigError(f"resolution {self.width}x{self.height} must be a multiple of "
+                              f"{cell} px (VAE {arch.vae_downsample}x, patch {arch.patch_size})",
+                              path="resolution")
+        if arch.heads % p.ulysses:
+            raise ConfigError(f"ulysses degree {p.ulysses} does not divide the model's "
+                              f"{arch.heads} heads", path="parallel.ulysses")
+        if arch.heads % (p.tensor * p.ulysses):
+            raise ConfigError(f"tensor x ulysses ({p.tensor * p.ulysses}) does not divide the "
+                              f"model's {arch.heads} heads", path="parallel.tensor")
+        if p.pipefusion > arch.num_layers:
+            raise ConfigError(f"pipefusion degree {p.pipefusion} exceeds the model's "
+                              f"{arch.num_layers} layers", path="parallel.pipefusion")
+        rows = self.height // cell
+        tokens = rows * (self.width // cell)
+        m = p.num_patches
+        if p.pipefusion > 1 and (m > rows or rows % m):
+            raise ConfigError(f"{m} patches do not fit the latent height: {rows} token rows "
+                              f"at {self.height} px must split evenly", path="parallel.patches")
+        if p.patches is not None and p.pipefusion == 1 and p.patches != 1:
+            raise ConfigError("parallel.patches needs parallel.pipefusion > 1",
+                              path="parallel.patches")
+        sp = p.ulysses * p.ring * p.distrifusion
+        if tokens % sp:
+            raise ConfigError(f"{tokens} image tokens do not split over ulysses x ring x "
+                              f"distrifusion = {sp}", path="parallel")
+        if p.distrifusion > 1 and p.gpus != p.distrifusion * p.cfg:
+            raise ConfigError("distrifusion combines only with cfg parallelism",
+                              path="parallel.distrifusion")
+        if p.warmup_steps > self.steps:
+            raise ConfigError(f"warmup_steps {p.warmup_steps} exceeds steps {self.steps}",
+                              path="parallel.warmup_steps")
+        if self.delivery.format == "latent" and self.delivery.vae:
+            raise ConfigError("delivery.format latent sends the latent: set delivery.vae false",
+                              path="delivery.format")
+        if self.delivery.format != "latent" and not self.delivery.vae:
+            raise ConfigError(f"delivery.format {self.delivery.format} needs the decoded image: "
+                              "set delivery.vae true or format latent", path="delivery.vae")
+        if self.delivery.compress_level is not None and self.delivery.format != "png":
+            raise ConfigError("compress_level applies to png only", path="delivery.compress_level")
+        return self
+
+
+# ---- token pipeline ------------------------------------------------------------------------
+
+
+class TokenPipelineParallel(Strict):
+    pp: PositiveInt = 4
+
+
+class TokenPipelineScenario(Strict):
+    """One long sequence pushed through ``parallel.pp`` stages in ``slices`` token slices.
+
+    ``model`` is an LLM (causal: slice i attends to every earlier token) or a DiT
+    (bidirectional with stale K/V: every slice attends to all tokens).
+    """
+
+    kind: Literal["token_pipeline"] = "token_pipeline"
+    name: str = "token-pipeline"
+    description: str = ""
+    seed: int = 0
+    model: dict
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    sequence_tokens: PositiveInt = 8192
+    parallel: TokenPipelineParallel = TokenPipelineParallel()
+    slices: PositiveInt = 8
+    slicing: Literal["uniform", "balanced"] = "uniform"
+    hardware: Hardware
+    record_spans: bool = True
+
+    @property
+    def is_dit(self) -> bool:
+        return self.model.get("kind") == "dit"
+
+    @property
+    def arch(self):
+        """DiTArch for a DiT model, LLMSpec for an LLM."""
+        if self.is_dit:
+            return _dit_arch(self.model)
+        try:
+            return LLMSpec.model_validate({k: v for k, v in self.model.items() if k != "kind"})
+        except Exception as exc:  # pydantic ValidationError: one line at ``model``
+            msg = str(exc).splitlines()
+            raise ConfigError(" ".join(msg[1:3]) if len(msg) > 2 else str(exc),
+                              path="model") from None
+
+    @model_validator(mode="after")
+    def _check(self):
+        arch = self.arch
+        layers = arch.num_layers if self.is_dit else arch.layers
+        if self.parallel.pp > layers:
+            raise ConfigError(f"pp {self.parallel.pp} exceeds the model's {layers} layers",
+                              path="parallel.pp")
+        if self.slices > self.sequence_tokens:
+            raise ConfigError(f"{self.slices} slices exceed {self.sequence_tokens} tokens",
+                              path="slices")
+        if self.parallel.pp > 1 and self.hardware.gpu_link is None and self.hardware.host_link is None:
+            raise ConfigError("pp > 1 needs a GPU or host link", path="hardware")
+        return self
+
+
+def layer_split(layers: int, stages: int) -> list[tuple[int, int]]:
+    """Contiguous near-equal layer ranges [start, stop) for ``stages`` pipeline stages."""
+    base, extra = divmod(layers, stages)
+    out, start = [], 0
+    for i in range(stages):
+        stop = start + base + (1 if i < extra else 0)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b) if b else math.inf

@@ -1,0 +1,48 @@
+"""Growable column store: per-step and per-token records kept as numpy arrays, not Python objects."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Columns:
+    """Named numpy columns that grow by doubling; appending many values is one slice assignment."""
+
+    def __init__(self, dtypes: dict[str, str], capacity: int = 1024):
+        self._data = {k: np.empty(capacity, dtype=d) for k, d in dtypes.items()}
+        self.size = 0
+
+    def _grow(self, need: int) -> None:
+        cap = len(next(iter(self._data.values())))
+        if need <= cap:
+            return
+        new_cap = max(need, 2 * cap)
+        for k, arr in self._data.items():
+            grown = np.empty(new_cap, dtype=arr.dtype)
+            grown[: self.size] = arr[: self.size]
+            self._data[k] = grown
+
+    def extend(self, n: int, **values) -> None:
+        """Append ``n`` rows; each value is a scalar (broadcast) or an array of length n."""
+        if n <= 0:
+            return
+        self._grow(self.size + n)
+        for k, arr in self._data.items():
+            arr[self.size: self.size + n] = values[k]
+        self.size += n
+
+    def append(self, **values) -> int:
+        """Append one row of scalars; returns its index."""
+        self._grow(self.size + 1)
+        i = self.size
+        for k, arr in self._data.items():
+            arr[i] = values[k]
+        self.size = i + 1
+        return i
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._data[key][: self.size]
+
+    def column(self, key: str) -> np.ndarray:
+        """The backing array (valid up to ``size``), for in-place updates of earlier rows."""
+        return self._data[key]

@@ -1,0 +1,182 @@
+"""LLM run metrics at the client: TTFT, ITL, TPOT, E2E, throughput, goodput, and the latency breakdown.
+
+Every completed request's E2E is partitioned into ``CATEGORIES``. The partition walks the
+request's GPU steps: the interval between two consecutive step ends is covered by the new
+step's own chain (schedule, wait, GPU compute and communication) and, before that chain
+starts, by what remained of the previous token's last mile (D2H, detokenize, stream).
+Work that overlaps the request's own GPU compute is hidden and not counted; whatever is
+not covered is queueing. The final token's last mile closes the request.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .perfetto import trace_events
+from .result import Result
+
+CATEGORIES = ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize", "stream")
+LAST_MILE = ("d2h", "detokenize", "stream")
+SENT = 2
+
+
+def stats(values: np.ndarray, scale: float = 1.0) -> dict:
+    """p50/p90/p99/mean of an array (NaN-free), scaled (e.g. 1e3 for ms)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99]) * scale
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean() * scale)}
+
+
+class _Accumulator:
+    """Sums labelled segment lengths per request, in full and clipped to t >= lower[request]."""
+
+    def __init__(self, n: int, lower: np.ndarray):
+        self.n = n
+        self.lower = lower
+        self.full = {c: np.zeros(n) for c in CATEGORIES}
+        self.after = {c: np.zeros(n) for c in CATEGORIES}
+
+    def add(self, cat: str, req: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        length = np.maximum(end - start, 0.0)
+        self.full[cat] += np.bincount(req, weights=length, minlength=self.n)
+        clipped = np.maximum(end - np.maximum(start, self.lower[req]), 0.0)
+        clipped = np.minimum(clipped, length)
+        self.after[cat] += np.bincount(req, weights=clipped, minlength=self.n)
+
+
+def breakdown(table, steps, rows, done: np.ndarray):
+    """Per-request category totals over E2E and over the ITL window (after the first token)."""
+    n = table.n
+    req = rows["req"].astype(np.int64)
+    keep = done[req]
+    order = np.lexsort((rows["step"][keep], req[keep]))
+    idx = np.flatnonzero(keep)[order]
+    req = req[idx]
+    step = rows["step"][idx].astype(np.int64)
+    kind = rows["kind"][idx]
+    prefill = rows["prefill"][idx].astype(bool)
+    e, R = rows["e"][idx], rows["R"][idx]
+    a0, a1, g0, g1 = (steps[k][step] for k in ("a0", "a1", "g0", "g1"))
+    comm_frac, d1_step = steps["comm"][step], steps["d1"][step]
+    d1 = np.where(kind == 0, g1, d1_step)
+    acc = _Accumulator(n, np.nan_to_num(table.first_R, nan=np.inf))
+
+    ids = np.flatnonzero(done)
+    acc.add("queue", ids, table.arrival[ids], table.tok_start[ids])
+    acc.add("schedule", ids, table.tok_start[ids], table.tok_end[ids])
+
+    first = np.r_[True, req[1:] != req[:-1]]
+    prev = np.arange(len(req)) - 1
+    ws = np.where(first, table.tok_end[req], g1[prev])
+    pd1 = np.where(first, ws, d1[prev])
+    pe = np.where(first, ws, e[prev])
+    pR = np.where(first, ws, R[prev])
+    cs = np.maximum(a0, ws)
+    b1 = np.clip(pd1, ws, cs)
+    b2 = np.clip(pe, b1, cs)
+    b3 = np.clip(pR, b2, cs)
+    acc.add("d2h", req, ws, b1)
+    acc.add("detokenize", req, b1, b2)
+    acc.add("stream", req, b2, b3)
+    acc.add("queue", req, b3, cs)
+    c1 = np.clip(a1, cs, g1)
+    c2 = np.clip(g0, c1, g1)
+    acc.add("schedule", req, cs, c1)
+    acc.add("queue", req, c1, c2)
+    bc = np.maximum(c2, g1 - comm_frac * (g1 - g0))
+    acc.add("prefill", req[prefill], c2[prefill], bc[prefill])
+    acc.add("decode", req[~prefill], c2[~prefill], bc[~prefill])
+    acc.add("comm", req, bc, g1)
+
+    last = np.r_[req[1:] != req[:-1], True]
+    acc.add("d2h", req[last], g1[last], d1[last])
+    acc.add("detokenize", req[last], d1[last], e[last])
+    acc.add("stream", req[last], e[last], R[last])
+    return acc
+
+
+def itl_samples(rows, done: np.ndarray) -> np.ndarray:
+    """Inter-token gaps at the client: a chunk's gap to the previous chunk, then zeros for its other tokens."""
+    req = rows["req"].astype(np.int64)
+    mask = (rows["kind"] == SENT) & done[req]
+    order = np.lexsort((rows["step"][mask], req[mask]))
+    r, R, tok = req[mask][order], rows["R"][mask][order], rows["tokens"][mask][order].astype(np.int64)
+    if not len(r):
+        return np.empty(0)
+    same = np.r_[False, r[1:] == r[:-1]]
+    gaps = np.diff(R, prepend=np.nan)[same]
+    zeros = int((tok - 1).sum())
+    return np.concatenate([gaps, np.zeros(zeros)])
+
+
+def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, horizon) -> Result:
+    """Assemble the per-request frame, the breakdown, the summary and the trace."""
+    t = table
+    done = t.finished & np.isfinite(t.last_R)
+    acc = breakdown(t, steps, rows, done)
+    ids = np.flatnonzero(done)
+    ttft = t.first_R - t.arrival
+    e2e = t.last_R - t.arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(t.output > 1, (e2e - ttft) / (t.output - 1), np.nan)
+    requests = pd.DataFrame({
+        "request": np.arange(t.n), "arrival": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
+        "api_server": t.api, "replica": t.replica, "tokenized": t.tok_end, "first_token": t.first_R,
+        "last_token": t.last_R, "ttft": ttft, "tpot": tpot, "e2e": e2e, "preemptions": t.preemptions,
+        "completed": done,
+    })
+    bd = pd.DataFrame({"request": ids, **{c: acc.full[c][ids] for c in CATEGORIES}, "e2e": e2e[ids]})
+    total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
+    e2e_total = float(e2e[ids].sum())
+    itl_total = {c: float(acc.after[c][ids].sum()) for c in CATEGORIES}
+    itl_sum = sum(itl_total.values())
+    itl = itl_samples(rows, done)
+
+    slo = scenario.slo
+    good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
+    if len(ids):
+        start, end = float(np.nanmin(t.arrival[ids])), float(np.nanmax(t.last_R[ids]))
+        span = max(end - start, 1e-12)
+    else:
+        start, end, span = 0.0, 0.0, 1.0
+    out_tokens = float(t.output[ids].sum())
+    util = recorder.utilization(horizon)
+    for server in frontend.servers:
+        util.setdefault(server.track, 0.0)
+    engines = frontend.engines
+    summary = {
+        "kind": "llm",
+        "scenario": scenario.name,
+        "requests_total": int(t.n),
+        "requests_completed": int(len(ids)),
+        "duration_s": end - start,
+        "ttft_ms": stats(ttft[ids], 1e3),
+        "itl_ms": stats(itl, 1e3),
+        "tpot_ms": stats(tpot[ids], 1e3),
+        "e2e_ms": stats(e2e[ids], 1e3),
+        "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": len(ids) / span,
+                       "total_tokens_per_s": (out_tokens + float(t.prompt[ids].sum())) / span},
+        "goodput": {"requests_per_s": float(good.sum()) / span,
+                    "slo_attainment": float(good.sum()) / max(len(ids), 1),
+                    "slo": {"ttft_ms": slo.ttft * 1e3, "itl_ms": slo.itl * 1e3}},
+        "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
+        "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
+        "itl_last_mile_share": sum(itl_total[c] for c in LAST_MILE) / itl_sum if itl_sum else 0.0,
+        "itl_stalls": {"p99_over_p50": (float(np.percentile(itl, 99) / np.percentile(itl, 50))
+                                         if len(itl) and np.percentile(itl, 50) > 0 else None),
+                       "gaps_over_2x_median": int((itl > 2 * np.median(itl)).sum()) if len(itl) else 0},
+        "utilization": util,
+        "kv_cache": {"blocks_per_replica": kv_blocks,
+                     "peak_occupancy": max(en.kv_peak for en in engines) / kv_blocks,
+                     "mean_occupancy": (sum(en.kv_sum for en in engines) / max(sum(en.gpu_busy for en in engines), 1e-12)
+                                        / kv_blocks)},
+        "memory_per_gpu_gib": memory,
+        "steps": int(steps.size),
+        "preemptions": int(t.preemptions.sum()),
+    }
+    spans = recorder.frame()
+    return Result("llm", scenario, summary, requests, bd, spans, trace_events(spans))

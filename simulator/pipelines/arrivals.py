@@ -1,0 +1,88 @@
+"""Request generation: arrival times and prompt/output lengths from a workload section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.trace import read_trace
+
+
+@dataclass
+class RequestSpecs:
+    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+def sample_tokens(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draw ``n`` token counts from a fixed number or a Distribution model."""
+    if isinstance(spec, int):
+        return np.full(n, spec, dtype=np.int64)
+    if spec.dist == "fixed":
+        out = np.full(n, spec.value, dtype=np.int64)
+    elif spec.dist == "uniform":
+        out = rng.integers(spec.low, spec.high + 1, size=n)
+    else:
+        out = np.rint(spec.median * np.exp(spec.sigma * rng.standard_normal(n))).astype(np.int64)
+    out = np.maximum(out, 1)
+    if spec.max is not None:
+        out = np.minimum(out, spec.max)
+    return out.astype(np.int64)
+
+
+def max_tokens(spec) -> int:
+    """The largest count a token spec can produce (None-free upper bound used for admission checks)."""
+    if isinstance(spec, int):
+        return spec
+    if spec.dist == "fixed":
+        return spec.value
+    if spec.dist == "uniform":
+        return spec.high
+    return spec.max if spec.max is not None else int(spec.median * np.exp(6 * spec.sigma))
+
+
+def arrival_times(workload, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Open-loop arrival times (seconds from 0); NaN where the closed loop decides."""
+    kind = workload.arrival
+    if kind == "poisson":
+        gaps = rng.exponential(1.0 / workload.rate, size=n)
+    elif kind == "gamma":
+        shape = workload.burstiness
+        gaps = rng.gamma(shape, 1.0 / (workload.rate * shape), size=n)
+    elif kind == "constant":
+        gaps = np.full(n, 1.0 / workload.rate)
+    elif kind == "all_at_once":
+        return np.zeros(n)
+    elif kind == "closed":
+        return np.full(n, np.nan)
+    else:
+        raise ValueError(f"arrival {kind!r} needs a trace")
+    times = np.cumsum(gaps)
+    return times - times[0]
+
+
+def make_requests(workload, rng: np.random.Generator) -> RequestSpecs:
+    """Every request of a workload: lengths from the trace or the distributions, arrivals as configured."""
+    if workload.trace:
+        df = read_trace(workload.trace, limit=workload.requests)
+        prompt = df["num_prefill_tokens"].to_numpy(np.int64)
+        output = df["num_decode_tokens"].to_numpy(np.int64)
+        n = len(df)
+        if workload.arrival == "trace":
+            at = df["arrived_at"].to_numpy(float) * workload.trace_time_scale
+            arrival = at - at[0]
+        else:
+            arrival = arrival_times(workload, n, rng)
+    else:
+        n = workload.requests
+        arrival = arrival_times(workload, n, rng)
+        prompt = sample_tokens(workload.prompt_tokens, n, rng)
+        output = sample_tokens(workload.output_tokens, n, rng)
+    return RequestSpecs(arrival.astype(float), prompt, output)

@@ -1,0 +1,288 @@
+"""One LLM engine replica: continuous-batching scheduler, KV-cache blocks, GPU steps, output processing.
+
+The engine is one SimPy process that wakes once per step. Everything the engine owns (its
+CPU process, its GPUs, its D2H port) is a virtual clock, so a step's schedule, GPU, D2H
+and output timestamps are computed when it is launched; per-request work inside a step is
+numpy over the batch. ``overlap: sync`` processes step n's outputs before scheduling n+1;
+``async`` schedules and launches n+1 first (one step of lag: a request that finished in
+step n still occupies a slot in n+1, as in real overlap schedulers).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware.cpu import CPUProcess, SerialChannel
+
+PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
+
+
+@dataclass
+class Step:
+    """A launched engine step: who is in it and when each of its stages ends."""
+
+    index: int
+    decode: np.ndarray
+    completes: np.ndarray
+    only_prefill: np.ndarray
+    g1: float
+    d1: float
+
+
+class RequestTable:
+    """Per-request state as numpy arrays (struct of arrays), shared by the frontend and the engines."""
+
+    def __init__(self, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray):
+        n = len(prompt)
+        self.n = n
+        self.arrival = arrival.astype(float).copy()
+        self.prompt = prompt.astype(np.int64)
+        self.output = output.astype(np.int64)
+        self.api = np.zeros(n, dtype=np.int32)
+        self.replica = np.full(n, -1, dtype=np.int32)
+        self.tok_start = np.full(n, np.nan)
+        self.tok_end = np.full(n, np.nan)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.target = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.sent = np.zeros(n, dtype=np.int64)
+        self.blocks = np.zeros(n, dtype=np.int64)
+        self.finished = np.zeros(n, dtype=bool)
+        self.preemptions = np.zeros(n, dtype=np.int32)
+        self.first_R = np.full(n, np.nan)
+        self.last_R = np.full(n, np.nan)
+
+
+class Engine:
+    """A replica's engine loop. ``sink`` receives each step's tokens for detokenization and streaming."""
+
+    def __init__(self, env, index: int, scenario, table: RequestTable, cost, kv_blocks: int,
+                 engine_proc: CPUProcess, detok_proc: CPUProcess | None, d2h: SerialChannel,
+                 gpu_tracks: list[str], sink, steps, rows, recorder):
+        self.env = env
+        self.index = index
+        self.sv = scenario.serving
+        self.cpu = scenario.hardware.cpu
+        self.cuda_graphs = scenario.hardware.cuda_graphs
+        self.host = scenario.hardware.host_link
+        self.table = table
+        self.cost = cost
+        self.kv_total = kv_blocks
+        self.kv_free = kv_blocks
+        self.kv_peak = 0
+        self.kv_sum = 0.0
+        self.proc = engine_proc
+        self.detok_proc = detok_proc
+        self.d2h = d2h
+        self.gpu_tracks = gpu_tracks
+        self.sink = sink
+        self.steps = steps
+        self.rows = rows
+        self.recorder = recorder
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.prefilling: list[int] = []
+        self.outstanding = 0
+        self.gpu_free = 0.0
+        self.gpu_busy = 0.0
+        self.launch_kernels = cost.kernels_per_step()
+        self._wake = None
+        env.process(self._loop())
+
+    def enqueue(self, rid: int) -> None:
+        """A tokenized request reaches this engine."""
+        self.waiting.append(rid)
+        self.outstanding += 1
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def _schedule(self):
+        """Pick the next batch (decodes first, then chunks of prefills), allocating KV blocks."""
+        t, sv = self.table, self.sv
+        bs = sv.block_size
+        budget = sv.max_batched_tokens
+        run = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        decode = run[t.computed[run] >= t.target[run]][:budget]
+        need = -(-(t.computed[decode] + 1) // bs) - t.blocks[decode]
+        total = int(need.sum())
+        while total > self.kv_free and len(self.running) > 1:
+            victim = self.running.pop()
+            self._preempt(victim)
+            keep = decode != victim
+            decode, need = decode[keep], need[keep]
+            total = int(need.sum())
+        if total > self.kv_free:
+            decode, need, total = decode[:0], need[:0], 0
+        self.kv_free -= total
+        t.blocks[decode] += need
+        budget -= len(decode)
+
+        chunks: list[tuple[int, int, int]] = []
+        for rid in self.prefilling:
+            if budget <= 0:
+                break
+            rem = int(t.target[rid] - t.computed[rid])
+            n = min(rem, budget) if sv.chunked_prefill else rem
+            if n > budget or not self._alloc(rid, n):
+                continue
+            chunks.append((rid, int(t.computed[rid]), n))
+            budget -= n
+        while self.waiting and len(self.running) < sv.max_batch and budget > 0:
+            rid = self.waiting[0]
+            if t.computed[rid] == 0:
+                t.target[rid] = t.prompt[rid] + t.generated[rid]
+            rem = int(t.target[rid] - t.computed[rid])
+            n = min(rem, budget) if sv.chunked_prefill else rem
+            if n > budget or not self._alloc(rid, n):
+                break
+            self.waiting.popleft()
+            self.running.append(rid)
+            self.prefilling.append(rid)
+            chunks.append((rid, int(t.computed[rid]), n))
+            budget -= n
+        if len(decode) == 0 and not chunks:
+            return None, None, None
+        return decode, chunks, float((t.computed[decode] + 1).sum())
+
+    def _alloc(self, rid: int, n: int) -> bool:
+        t = self.table
+        need = -(-(int(t.computed[rid]) + n) // self.sv.block_size) - int(t.blocks[rid])
+        if need > self.kv_free:
+            return False
+        self.kv_free -= need
+        t.blocks[rid] += need
+        return True
+
+    def _preempt(self, rid: int) -> None:
+        """Recompute preemption: drop the request's KV and put it back at the head of the queue."""
+        t = self.table
+        self.kv_free += int(t.blocks[rid])
+        t.blocks[rid] = 0
+        t.computed[rid] = 0
+        t.preemptions[rid] += 1
+        if rid in self.prefilling:
+            self.prefilling.remove(rid)
+        self.waiting.appendleft(rid)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _launch(self):
+        """Schedule and launch one step; returns the Step or None if there is nothing to run."""
+        env, t = self.env, self.table
+        decode, chunks, ctx = self._schedule()
+        if decode is None:
+            return None
+        a0 = env.now
+        batch = len(decode) + len(chunks)
+        sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
+        launch = self.cost.gpu.launch_time(self.launch_kernels, self.cuda_graphs)
+        _, a1 = self.proc.submit(a0, sched + launch, "schedule")
+        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks])
+        g0 = max(a1, self.gpu_free)
+        g1 = g0 + step_cost.total
+        self.gpu_free = g1
+        self.gpu_busy += step_cost.total
+        t.computed[decode] += 1
+        new_tokens = 0
+        completes, partial = [], []
+        for rid, _, n in chunks:
+            t.computed[rid] += n
+            new_tokens += n
+            (completes if t.computed[rid] >= t.target[rid] else partial).append(rid)
+        if completes:
+            done = set(completes)
+            self.prefilling = [r for r in self.prefilling if r not in done]
+        sampled = len(decode) + len(completes)
+        _, d1 = self.d2h.submit(g1, self.host.latency + 8 * sampled / self.host.effective_bandwidth, "d2h", "d2h")
+        index = self.steps.append(a0=a0, a1=a1, g0=g0, g1=g1, comm=step_cost.comm / step_cost.total,
+                                  d1=d1, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
+        if self.recorder is not None:
+            label = f"step {index} ({len(decode)}d+{new_tokens}p)"
+            for track in self.gpu_tracks:
+                self.recorder.add(track, label, g0, g1, "prefill" if chunks else "decode")
+        used = self.kv_total - self.kv_free
+        self.kv_peak = max(self.kv_peak, used)
+        self.kv_sum += used * step_cost.total
+        return Step(index, decode, np.array(completes, dtype=np.int64), np.array(partial, dtype=np.int64), g1, d1)
+
+    def _process(self, step: Step):
+        """Turn a finished step into tokens: who emitted, who sends a chunk, who finished."""
+        t, sv = self.table, self.sv
+        emit = np.concatenate([step.decode, step.completes])
+        prefill_flag = np.zeros(len(emit), dtype=np.int8)
+        prefill_flag[len(step.decode):] = 1
+        live = ~t.finished[emit]
+        emit, prefill_flag = emit[live], prefill_flag[live]
+        gen = t.generated[emit] + 1
+        t.generated[emit] = gen
+        done = gen >= t.output[emit]
+        send = done | (gen == 1) | (gen - t.sent[emit] >= sv.stream_interval)
+        if done.any():
+            finished = emit[done]
+            t.finished[finished] = True
+            fin = set(finished.tolist())
+            self.running = [r for r in self.running if r not in fin]
+            self.kv_free += int(t.blocks[finished].sum())
+            t.blocks[finished] = 0
+            self.outstanding -= len(finished)
+        return emit, send, prefill_flag
+
+    def _output_work(self, n_tokens: int, n_chunks: int) -> float:
+        return (self.cpu.detokenize_step_fixed + self.cpu.detokenize_per_token * n_tokens
+                + self.cpu.output_per_request * n_chunks)
+
+    def _finish_step(self, step: Step):
+        """Output processing after the step's D2H: detokenize where the scenario says, then stream.
+
+        The engine's own CPU and the detokenizer are used by this engine alone, so their work
+        is booked at the D2H end without waking up there; API servers are shared, so handing
+        work to them happens at the right simulated time.
+        """
+        env = self.env
+        if len(step.only_prefill):
+            self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
+                             kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
+        emit, send, prefill_flag = self._process(step)
+        placement = self.sv.detokenizer
+        if placement == "engine":
+            end = step.d1
+            if len(emit):
+                _, end = self.proc.submit(step.d1, self._output_work(len(emit), int(send.sum())), "detokenize")
+            if end > env.now:
+                yield env.timeout(end - env.now)
+            if len(emit):
+                self.sink.stream(step.index, emit, send, prefill_flag, end)
+            return
+        if placement == "separate" and len(emit):
+            _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), int(send.sum())), "detokenize")
+            env.timeout(e - env.now).callbacks.append(
+                lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, e))
+        if step.d1 > env.now:
+            yield env.timeout(step.d1 - env.now)
+        if placement == "api_server" and len(emit):
+            self.sink.stream_with_detok(step.index, emit, send, prefill_flag, env.now)
+
+    def _idle(self):
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+
+    def _loop(self):
+        pending: Step | None = None
+        while True:
+            if not self.running and not self.waiting and pending is None:
+                yield from self._idle()
+            step = self._launch()
+            if self.sv.overlap == "async":
+                step, pending = pending, step
+            if step is None:
+                if pending is None:
+                    # Nothing fits (waiting requests blocked on KV): wait for new work.
+                    yield from self._idle()
+                continue
+            yield from self._finish_step(step)

@@ -1,0 +1,161 @@
+"""The LLM serving pipeline, assembled from a scenario: clients, API servers, router, engine replicas."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from ..errors import ConfigError
+from ..hardware.cpu import CorePool, CPUProcess, SerialChannel
+from ..hardware.gpu import GPU
+from ..observe.columns import Columns
+from ..observe.llm_metrics import build_result
+from ..observe.spans import SpanRecorder
+from ..units import fmt_bytes
+from ..workloads.llm import LLMCostModel, LLMShape
+from .arrivals import make_requests, max_tokens
+from .llm_engine import Engine, RequestTable
+from .llm_frontend import Frontend
+
+STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
+                "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
+ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f8", "R": "f8", "tokens": "i4"}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_parallel(scenario) -> None:
+    """TP must split the heads evenly; a replica's GPUs beyond one node need a node link."""
+    m, p, hw = scenario.model, scenario.parallel, scenario.hardware
+    if m.heads % p.tp:
+        raise ConfigError(f"tp={p.tp} does not divide the {m.heads} attention heads of {m.name}; "
+                          f"use one of {', '.join(map(str, _divisors(m.heads)))}", path="parallel.tp")
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:
+        raise ConfigError(f"tp={p.tp} neither divides nor is a multiple of the {m.kv_heads} KV heads",
+                          path="parallel.tp")
+    if p.pp > m.layers:
+        raise ConfigError(f"pp={p.pp} exceeds the model's {m.layers} layers", path="parallel.pp")
+    if p.tp * p.pp > hw.gpus_per_node and hw.node_link is None:
+        raise ConfigError(f"a replica needs {p.tp * p.pp} GPUs but a node has {hw.gpus_per_node}; "
+                          "set hardware.node_link (e.g. ib-400g)", path="hardware.node_link")
+
+
+def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
+    """KV-cache blocks per replica after weights and activations; a ConfigError if the model does not fit."""
+    sv, gpu = scenario.serving, scenario.hardware.gpu
+    weights = cost.weight_bytes_per_gpu()
+    s = cost.shape
+    act = (sv.max_batched_tokens * (4 * s.hidden + 2 * s.ffn // cost.tp) * cost.b
+           + sv.max_batch * s.vocab * 4)
+    usable = gpu.memory * sv.gpu_memory_utilization
+    kv_bytes = usable - weights - act
+    memory = {"weights_gib": weights / 2**30, "activations_gib": act / 2**30,
+              "kv_cache_gib": max(kv_bytes, 0) / 2**30, "capacity_gib": gpu.memory / 2**30}
+    if kv_bytes <= 0:
+        raise ConfigError(
+            f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights + {fmt_bytes(act)} of "
+            f"activations per GPU exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}; "
+            "raise parallel.tp or parallel.pp, or use a larger GPU", path="hardware.gpu.memory")
+    per_block = cost.kv_bytes_per_token_per_gpu() * sv.block_size
+    return int(kv_bytes // per_block), memory
+
+
+def check_workload_fits(scenario, kv_blocks: int) -> None:
+    """Every request must be able to run alone: its prompt and output fit the KV cache and the batch budget."""
+    w, sv = scenario.workload, scenario.serving
+    if w.trace:
+        return
+    longest = max_tokens(w.prompt_tokens) + max_tokens(w.output_tokens)
+    if math.ceil(longest / sv.block_size) > kv_blocks:
+        raise ConfigError(f"a request of {longest} tokens needs {math.ceil(longest / sv.block_size)} KV blocks "
+                          f"but the cache holds {kv_blocks}; lower the token counts or add GPUs",
+                          path="workload.prompt_tokens")
+    if not sv.chunked_prefill and max_tokens(w.prompt_tokens) > sv.max_batched_tokens:
+        raise ConfigError(f"prompts of up to {max_tokens(w.prompt_tokens)} tokens exceed "
+                          f"max_batched_tokens={sv.max_batched_tokens} without chunked prefill; "
+                          "set serving.chunked_prefill: true", path="serving.max_batched_tokens")
+
+
+def _clip_trace_requests(scenario, specs, kv_blocks: int) -> None:
+    sv = scenario.serving
+    longest = int((specs.prompt + specs.output).max())
+    if math.ceil(longest / sv.block_size) > kv_blocks:
+        raise ConfigError(f"the trace has a request of {longest} tokens, more than the KV cache's "
+                          f"{kv_blocks * sv.block_size} tokens", path="workload.trace")
+    if not sv.chunked_prefill and int(specs.prompt.max()) > sv.max_batched_tokens:
+        raise ConfigError(f"the trace has a {int(specs.prompt.max())}-token prompt, above max_batched_tokens "
+                          "without chunked prefill", path="serving.max_batched_tokens")
+
+
+def build_cost(scenario) -> LLMCostModel:
+    """The step-cost model of one replica."""
+    hw, p = scenario.hardware, scenario.parallel
+    link = hw.gpu_link or hw.host_link
+    return LLMCostModel(LLMShape.from_spec(scenario.model), GPU.from_spec(hw.gpu), scenario.dtype,
+                        p.tp, p.pp, link.effective_bandwidth, link.latency)
+
+
+def simulate(scenario):
+    """Run an LLM serving scenario to completion; returns a Result."""
+    check_parallel(scenario)
+    cost = build_cost(scenario)
+    kv_blocks, memory = kv_capacity(scenario, cost)
+    check_workload_fits(scenario, kv_blocks)
+    rng = np.random.default_rng(scenario.seed)
+    specs = make_requests(scenario.workload, rng)
+    _clip_trace_requests(scenario, specs, kv_blocks)
+
+    env = simpy.Environment()
+    hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel
+    recorder = SpanRecorder(enabled=scenario.record_spans)
+    pool = CorePool(hw.cpu_cores)
+    table = RequestTable(specs.arrival, specs.prompt, specs.output)
+    steps = Columns(STEP_COLUMNS)
+    rows = Columns(ROW_COLUMNS, capacity=max(1024, int(specs.output.sum()) + len(specs)))
+    servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
+    closed = scenario.workload.arrival == "closed"
+    next_rid = [0]
+
+    def on_finish(rid: int, receipt: float) -> None:
+        if closed and next_rid[0] < table.n:
+            nxt = next_rid[0]
+            next_rid[0] += 1
+            env.timeout(receipt - env.now).callbacks.append(lambda _ev: _arrive(nxt))
+
+    frontend = Frontend(env, scenario, table, servers, rows, on_finish)
+
+    def _arrive(rid: int) -> None:
+        table.arrival[rid] = env.now
+        frontend.arrive(rid)
+
+    gpus_per_replica = p.tp * p.pp
+    for k in range(p.replicas):
+        first = k * gpus_per_replica
+        tracks = [f"gpu{first + i}" for i in range(gpus_per_replica)]
+        engine_proc = CPUProcess(f"engine{k}", pool, recorder)
+        detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
+        last_stage = first + gpus_per_replica - (p.tp if p.pp > 1 else gpus_per_replica)
+        d2h = SerialChannel(f"link:gpu{last_stage}.pcie.tx", recorder)
+        frontend.engines.append(Engine(env, k, scenario, table, cost, kv_blocks, engine_proc, detok, d2h,
+                                       tracks, frontend, steps, rows, recorder))
+
+    def open_loop():
+        for rid in range(table.n):
+            wait = table.arrival[rid] - env.now
+            if wait > 0:
+                yield env.timeout(wait)
+            frontend.arrive(rid)
+
+    if closed:
+        first_batch = min(scenario.workload.concurrency, table.n)
+        next_rid[0] = first_batch
+        for rid in range(first_batch):
+            _arrive(rid)
+    else:
+        env.process(open_loop())
+    env.run(until=scenario.max_sim_time)
+    return build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, env.now)

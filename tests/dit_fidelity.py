@@ -1,0 +1,41 @@
+"""Shared helpers of the DiT tests: scenarios that reproduce the reference measurements."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from simulator.config.loader import load_scenario
+
+REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+if not REF.is_dir():
+    REF = Path("/work/shared/reference")
+
+_STRATEGY_KEY = {"tensor": "tensor", "pipefusion": "pipefusion", "distrifusion": "distrifusion",
+                 "ulysses": "ulysses", "ring": "ring"}
+
+
+def reference_rows(name: str) -> list[dict]:
+    with open(REF / name) as f:
+        return list(csv.DictReader(f))
+
+
+def legacy_scenario(gpu: str, resolution: int, strategy: str, degree: int, steps: int = 20,
+                    patches: int | None = None, warmup: int = 1, **extra):
+    """The published xDiT legacy PixArt-alpha run: CFG on (batch 2), eager PyTorch, latent out."""
+    parallel: dict = {}
+    if strategy != "single":
+        parallel[_STRATEGY_KEY[strategy]] = degree
+    if strategy == "pipefusion":
+        parallel["warmup_steps"] = warmup
+        if patches is not None:
+            parallel["patches"] = patches
+    raw = {
+        "kind": "dit", "model": "pixart-alpha", "resolution": resolution, "steps": steps,
+        "cfg": True, "text_encode": False, "parallel": parallel,
+        "delivery": {"vae": False, "format": "latent"},
+        "workload": {"requests": 1, "arrival": "closed", "concurrency": 1},
+        "hardware": {"gpu": gpu, "cuda_graphs": False},
+    }
+    raw.update(extra)
+    return load_scenario(raw)
