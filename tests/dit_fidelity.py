@@ -15,6 +15,12 @@ _STRATEGY_KEY = {"tensor": "tensor", "pipefusion": "pipefusion", "distrifusion":
                  "ulysses": "ulysses", "ring": "ring"}
 
 
+EAGER_LAUNCH = "20 us"
+"""CPU cost of one eager PyTorch op launched from Python: the top of the 5-20 us CPU-side
+launch range in ../shared/reference/README.md (HolisticTraceAnalysis docs); the catalog's
+5 us is the low end, for a C++ launch path. The legacy runs are eager (no CUDA graphs)."""
+
+
 def reference_rows(name: str) -> list[dict]:
     with open(REF / name) as f:
         return list(csv.DictReader(f))
@@ -32,10 +38,11 @@ def legacy_scenario(gpu: str, resolution: int, strategy: str, degree: int, steps
             parallel["patches"] = patches
     raw = {
         "kind": "dit", "model": "pixart-alpha", "resolution": resolution, "steps": steps,
-        "cfg": True, "text_encode": False, "parallel": parallel,
+        "cfg": True, "text_encode": True, "parallel": parallel,
         "delivery": {"vae": False, "format": "latent"},
         "workload": {"requests": 1, "arrival": "closed", "concurrency": 1},
-        "hardware": {"gpu": gpu, "cuda_graphs": False},
+        "hardware": {"gpu": {"base": gpu, "launch_overhead": EAGER_LAUNCH},
+                     "cuda_graphs": False},
     }
     raw.update(extra)
     return load_scenario(raw)

@@ -102,6 +102,10 @@ class _Resolver:
         if not p.is_absolute():
             p = self.base_dir / p
         if not p.is_file():
+            shipped = resources.files("simulator.config") / "profiles" / Path(path).name
+            if shipped.is_file():
+                p = Path(str(shipped))
+        if not p.is_file():
             raise ConfigError(f"profile file {path!r} does not exist", path=key)
         try:
             data = yaml.safe_load(p.read_text())
@@ -110,8 +114,11 @@ class _Resolver:
         if not isinstance(data, dict) or not isinstance(data.get(top), dict):
             raise ConfigError(f"profile {path!r} has no top-level '{top}:' mapping", path=key)
         inner = dict(data[top])
-        if "measured" in data and top == "cpu":
+        if "measured" in data:
             inner.setdefault("measured", data["measured"])
+        if top == "cpu":
+            # A measured CPU profile covers the costs it measured; the rest come from the reference profile.
+            inner.setdefault("base", "reference")
         return self.ref(inner, f"{top}s", key, top)
 
 

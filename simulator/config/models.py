@@ -40,6 +40,7 @@ class GPUSpec(Strict):
     gpu_link: Optional[str] = None
     host_link: str = "pcie4-x16"
     sources: dict[str, str] = {}
+    measured: Optional[dict] = None
 
 
 class LinkSpec(Strict):
@@ -68,6 +69,7 @@ class CPUCosts(Strict):
     detokenize_step_fixed: Seconds = 0.0
     output_per_request: Seconds
     stream_per_chunk: Seconds
+    source: str = ""
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
 

@@ -160,7 +160,9 @@ class DiTModel:
             comm_bytes += n_layers * (r - 1) * chunk
             ops = ops + [Op("ring_merge", 5.0 * b * q * inner, 3.0 * b * q * inner * ab,
                             count=n_layers * (r - 1))]
-            extra_kernels += n_layers * (r - 1) * 2  # one attention call + one send per pass
+            # per extra pass: an attention call, the output/LSE merge (~6 element-wise ops),
+            # and a send + receive
+            extra_kernels += n_layers * (r - 1) * 9
         if lay.tensor > 1:  # all-reduce after attention, (cross-attention), MLP
             t = lay.tensor
             per_block = 3 if arch.text_mode == "cross" else 2
@@ -169,9 +171,9 @@ class DiTModel:
             comm_bytes += n_layers * per_block * 2 * (t - 1) / t * nb
             extra_kernels += n_layers * per_block
         compute = self.cost.time(ops, extra_kernels)
-        if lay.distri > 1:  # async all-gather of every layer's stale input activations
+        if lay.distri > 1:  # async all-gather of every layer's K and V (stale next step)
             n = lay.distri
-            nb = n_layers * b * S * arch.hidden * ab
+            nb = n_layers * 2 * b * S * arch.inner * ab
             t_ag = allgather_time(nb, n, bw, lat)
             comm += t_ag if sync else max(0.0, t_ag - compute)
             comm_bytes += (n - 1) / n * nb
@@ -196,8 +198,8 @@ class DiTModel:
         kv = 0.0
         if lay.pp > 1:  # stale K/V of the full image for the stage's layers
             kv += W.kv_bytes(arch, S, layers_max, b, "bf16", lay.tensor) * ab / 2
-        if lay.distri > 1:  # stale and freshly gathered activations of every layer
-            kv += 2 * layers_max * b * S * arch.hidden * ab
+        if lay.distri > 1:  # full-image K and V of every layer: stale copy + gather target
+            kv += 2 * 2 * layers_max * b * S * arch.inner * ab
         if lay.ring > 1 or lay.ulysses > 1:  # one layer's gathered K/V in flight
             kv += 2 * b * S * arch.inner // (lay.tensor * lay.ulysses) * ab
         vae_ws = 0.0

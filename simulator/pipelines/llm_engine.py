@@ -221,7 +221,7 @@ class Engine:
         gen = t.generated[emit] + 1
         t.generated[emit] = gen
         done = gen >= t.output[emit]
-        send = done | (gen == 1) | (gen - t.sent[emit] >= sv.stream_interval)
+        send = None if sv.stream_interval == 1 else done | (gen == 1) | (gen - t.sent[emit] >= sv.stream_interval)
         if done.any():
             finished = emit[done]
             t.finished[finished] = True
@@ -231,6 +231,10 @@ class Engine:
             t.blocks[finished] = 0
             self.outstanding -= len(finished)
         return emit, send, prefill_flag
+
+    @staticmethod
+    def _chunks(emit, send) -> int:
+        return len(emit) if send is None else int(send.sum())
 
     def _output_work(self, n_tokens: int, n_chunks: int) -> float:
         return (self.cpu.detokenize_step_fixed + self.cpu.detokenize_per_token * n_tokens
@@ -252,14 +256,14 @@ class Engine:
         if placement == "engine":
             end = step.d1
             if len(emit):
-                _, end = self.proc.submit(step.d1, self._output_work(len(emit), int(send.sum())), "detokenize")
+                _, end = self.proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
             if end > env.now:
                 yield env.timeout(end - env.now)
             if len(emit):
                 self.sink.stream(step.index, emit, send, prefill_flag, end)
             return
         if placement == "separate" and len(emit):
-            _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), int(send.sum())), "detokenize")
+            _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
             env.timeout(e - env.now).callbacks.append(
                 lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, e))
         if step.d1 > env.now:

@@ -50,59 +50,75 @@ class Frontend:
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 
-    def _deliver(self, step: int, emit, send, prefill_flag, e_tok, done_send, now: float) -> None:
-        """Record every emitted token's row; sent chunks reach the client over its link."""
-        t = self.table
-        R = e_tok.copy()
-        kind = np.full(len(emit), BUFFERED, dtype=np.int8)
-        tokens = np.zeros(len(emit), dtype=np.int64)
-        sent_ids = emit[send]
-        if len(sent_ids):
-            ntok = t.generated[sent_ids] - t.sent[sent_ids]
-            nbytes = self.sv.response_header_bytes + ntok * self.sv.chunk_bytes_per_token
-            R[send] = done_send + self.client.latency + nbytes / self.client.effective_bandwidth
-            kind[send] = SENT
+    def _deliver(self, step: int, emit, send, prefill_flag, e_tok, done_send) -> None:
+        """Record every emitted token's row; sent chunks reach the client over its link.
+
+        ``send`` is a boolean mask over ``emit``, or None when every emitted token is sent.
+        """
+        t, sv, client = self.table, self.sv, self.client
+        sent_ids = emit if send is None else emit[send]
+        gen = t.generated[sent_ids]
+        before = t.sent[sent_ids]
+        ntok = gen - before
+        bw = client.effective_bandwidth
+        received = done_send + (client.latency + sv.response_header_bytes / bw) + ntok * (sv.chunk_bytes_per_token / bw)
+        if send is None:
+            R, kind, tokens = received, np.full(len(emit), SENT, dtype=np.int8), ntok
+        else:
+            R = e_tok.copy()
+            R[send] = received
+            kind = np.where(send, SENT, BUFFERED).astype(np.int8)
+            tokens = np.zeros(len(emit), dtype=np.int64)
             tokens[send] = ntok
-            t.sent[sent_ids] = t.generated[sent_ids]
-            first = np.isnan(t.first_R[sent_ids])
-            t.first_R[sent_ids[first]] = R[send][first]
-            t.last_R[sent_ids] = R[send]
-        self.rows.extend(len(emit), req=emit, step=step, prefill=prefill_flag.astype(np.int8), kind=kind,
-                         e=e_tok, R=R, tokens=tokens)
-        fin = sent_ids[t.finished[sent_ids]]
-        for rid in fin.tolist():
-            self.on_finish(rid, float(t.last_R[rid]))
+        first = before == 0
+        t.first_R[sent_ids[first]] = received[first]
+        t.sent[sent_ids] = gen
+        t.last_R[sent_ids] = received
+        self.rows.extend(len(emit), req=emit, step=step, prefill=prefill_flag, kind=kind, e=e_tok, R=R, tokens=tokens)
+        fin = t.finished[sent_ids]
+        if fin.any():
+            for rid, receipt in zip(sent_ids[fin].tolist(), received[fin].tolist()):
+                self.on_finish(rid, receipt)
+
+    def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
+        """Serialize one chunk per request on its API server, after ``lead[j]`` seconds of other work there.
+
+        Returns each chunk's end time and each server's task start.
+        """
+        lead = lead or {}
+        starts = {}
+        if len(self.servers) == 1:
+            first = lead.get(0, 0.0)
+            if len(sent_ids) or first:
+                starts[0], _ = self.servers[0].submit(now, first + len(sent_ids) * per_chunk, "stream")
+            return starts.get(0, now) + first + per_chunk * np.arange(1, len(sent_ids) + 1), starts
+        done = np.empty(len(sent_ids))
+        api = self.table.api[sent_ids]
+        for j, server in enumerate(self.servers):
+            mask = api == j
+            n = int(mask.sum())
+            first = lead.get(j, 0.0)
+            if n or first:
+                starts[j], _ = server.submit(now, first + n * per_chunk, "stream")
+                done[mask] = starts[j] + first + per_chunk * np.arange(1, n + 1)
+        return done, starts
 
     def stream(self, step: int, emit, send, prefill_flag, e: float) -> None:
         """Detokenized tokens arrive at time e (= now): serialize one SSE chunk per sending request."""
-        t = self.table
-        sent_ids = emit[send]
-        done = np.empty(len(sent_ids))
-        if len(sent_ids):
-            api = t.api[sent_ids]
-            for j, server in enumerate(self.servers):
-                mask = api == j
-                n = int(mask.sum())
-                if n:
-                    s, _ = server.submit(self.env.now, n * self.cpu.stream_per_chunk, "stream")
-                    done[mask] = s + self.cpu.stream_per_chunk * np.arange(1, n + 1)
-        self._deliver(step, emit, send, prefill_flag, np.full(len(emit), e), done, e)
+        sent_ids = emit if send is None else emit[send]
+        done, _ = self._serialize(sent_ids, e, self.cpu.stream_per_chunk)
+        self._deliver(step, emit, send, prefill_flag, np.full(len(emit), e), done)
 
     def stream_with_detok(self, step: int, emit, send, prefill_flag, now: float) -> None:
         """vLLM V1 layout: each API server detokenizes its own requests, builds outputs and streams."""
         t, c = self.table, self.cpu
+        per_chunk = c.output_per_request + c.stream_per_chunk
         api = t.api[emit]
+        counts = np.bincount(api, minlength=len(self.servers))
+        detok = {j: c.detokenize_step_fixed + c.detokenize_per_token * int(n) for j, n in enumerate(counts) if n}
+        sent_ids = emit if send is None else emit[send]
+        done, starts = self._serialize(sent_ids, now, per_chunk, detok)
         e_tok = np.empty(len(emit))
-        done = np.empty(len(emit))
-        for j, server in enumerate(self.servers):
-            mask = api == j
-            n = int(mask.sum())
-            if not n:
-                continue
-            n_send = int((mask & send).sum())
-            detok = c.detokenize_step_fixed + c.detokenize_per_token * n
-            per_chunk = c.output_per_request + c.stream_per_chunk
-            s, _ = server.submit(now, detok + n_send * per_chunk, "detokenize+stream")
-            e_tok[mask] = s + detok
-            done[mask & send] = s + detok + per_chunk * np.arange(1, n_send + 1)
-        self._deliver(step, emit, send, prefill_flag, e_tok, done[send], now)
+        for j in detok:
+            e_tok[api == j] = starts[j] + detok[j]
+        self._deliver(step, emit, send, prefill_flag, e_tok, done)

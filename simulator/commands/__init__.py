@@ -1,0 +1,1 @@
+"""Subcommands of the ``lastmile`` command line, one module each (``add_arguments`` + ``main``)."""

@@ -1,0 +1,66 @@
+"""``lastmile run``: simulate one scenario, print a summary, write the run folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from ..api import run
+from ..config.loader import parse_override
+from ..errors import ConfigError
+from ..report.text import format_summary
+
+HELP = "simulate a scenario (the built-in default if none is given)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("scenario", nargs="?", help="scenario YAML file (default: the built-in default scenario)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, e.g. --set serving.overlap=async (repeatable)")
+    p.add_argument("--out", help="run folder (default: runs/<scenario>-<timestamp>)")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of the text summary")
+    p.add_argument("--no-write", action="store_true", help="do not write a run folder")
+
+
+def _write_atomically(result, out: Path) -> Path:
+    """Write into a sibling temp folder, then move it into place: no half-written run folder."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        result.write(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(args) -> int:
+    overrides = dict(parse_override(o) for o in args.overrides)
+    result = run(args.scenario, overrides)
+    status = result.summary.get("status", "ok")
+    if status == "oom":
+        need = result.summary.get("memory_needed_gib")
+        have = result.summary.get("memory_capacity_gib")
+        raise ConfigError(f"does not fit in GPU memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB; "
+                          "use more GPUs or a strategy that shards the model",
+                          file=args.scenario or "<default scenario>", path="parallel")
+    out = None
+    if not args.no_write:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path(args.out) if args.out else Path("runs") / f"{result.summary.get('scenario', 'run')}-{stamp}"
+        _write_atomically(result, out)
+    if args.json:
+        json.dump(result.summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_summary(result))
+        if out is not None:
+            print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json)")
+    return 0

@@ -1,0 +1,57 @@
+"""Readable terminal summary of a DiT or token-pipeline run."""
+
+from __future__ import annotations
+
+from ..units import fmt_time
+
+_CATS = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
+
+
+def _t(x) -> str:
+    return "-" if x is None else fmt_time(x)
+
+
+def _dit(result) -> str:
+    s = result.summary
+    head = (f"{s.get('name', 'dit')}: {s.get('model', '')} {s.get('resolution', '')} "
+            f"{s.get('steps', '')} steps on {s.get('gpus', '?')} x {s.get('gpu', '')} "
+            f"[{s.get('strategy', '')}]")
+    if s.get("status") == "oom":
+        return (f"{head}\nstatus: OUT OF MEMORY: needs {s['memory_needed_gib']:.1f} GiB per GPU, "
+                f"the GPU has {s['gpu_memory_gib']:.1f} GiB")
+    lat = s["latency_s"]
+    lines = [head, f"status: {s['status']}   requests: {s['requests_completed']}   "
+             f"throughput: {s['throughput']['images_per_s']:.3f} images/s   "
+             f"memory per GPU: {s['memory_per_gpu_gib']:.1f} GiB",
+             f"latency  p50 {_t(lat['p50'])}  p90 {_t(lat['p90'])}  p99 {_t(lat['p99'])}  "
+             f"mean {_t(lat['mean'])}", "", f"{'category':<12} {'mean':>10} {'share':>7}"]
+    bd = result.breakdown
+    for c in _CATS:
+        mean = float(bd[c].mean()) if len(bd) else 0.0
+        lines.append(f"{c:<12} {fmt_time(mean):>10} {100 * s['breakdown_share'][c]:>6.1f}%")
+    lines.append(f"last mile (d2h + encode + deliver): {100 * s['last_mile_share']:.1f}% of latency")
+    gpu_util = s.get("utilization", {}).get("gpu", {})
+    if gpu_util:
+        lines.append("GPU utilization: " + "  ".join(f"{k} {100 * v:.0f}%"
+                                                     for k, v in gpu_util.items()))
+    return "\n".join(lines)
+
+
+def _token(result) -> str:
+    s = result.summary
+    kind = "causal LLM" if s["causal"] else "DiT (bidirectional, stale K/V)"
+    lines = [f"{s['name']}: {s['model']} ({kind}), {s['sequence_tokens']} tokens, "
+             f"{s['stages']} stages, {s['slices']} {s['slicing']} slices",
+             f"latency {fmt_time(s['latency_s']['p50'])}   bubble {100 * s['bubble_fraction']:.1f}%"
+             f"   slice cost max/min {s['slice_cost_spread']:.2f}",
+             "slice tokens: " + ", ".join(str(x) for x in s["slice_tokens"]),
+             "stage utilization: " + "  ".join(f"{k} {100 * v:.0f}%"
+                                               for k, v in s["utilization"]["gpu"].items())]
+    return "\n".join(lines)
+
+
+def format_summary(result) -> str:
+    """Multi-line text for ``lastmile run`` of kind dit or token_pipeline."""
+    if result.kind == "token_pipeline":
+        return _token(result)
+    return _dit(result)

@@ -1,0 +1,59 @@
+"""Readable terminal summaries of a run."""
+
+from __future__ import annotations
+
+from ..observe.llm_metrics import CATEGORIES, LAST_MILE
+
+
+def _row(name: str, st: dict) -> str:
+    if st.get("mean") is None:
+        return f"  {name:<6} {'-':>9} {'-':>9} {'-':>9} {'-':>9}"
+    return f"  {name:<6} {st['p50']:>9.2f} {st['p90']:>9.2f} {st['p99']:>9.2f} {st['mean']:>9.2f}"
+
+
+def format_llm(result) -> str:
+    s = result.summary
+    sc = result.scenario
+    hw = sc.hardware
+    lines = [
+        f"lastmile · {s['scenario']} · {sc.model.name} {sc.dtype} on {sc.parallel.replicas}x"
+        f"(tp{sc.parallel.tp} pp{sc.parallel.pp}) {hw.gpu.name}",
+        f"  serving: overlap={sc.serving.overlap} detokenizer={sc.serving.detokenizer} "
+        f"api_servers={sc.serving.api_servers} stream_interval={sc.serving.stream_interval} "
+        f"max_batch={sc.serving.max_batch}",
+        f"  requests: {s['requests_completed']}/{s['requests_total']} completed over {s['duration_s']:.1f} s; "
+        f"{s['steps']} engine steps; {s['preemptions']} preemptions",
+        "",
+        f"  {'ms':<6} {'p50':>9} {'p90':>9} {'p99':>9} {'mean':>9}",
+        _row("TTFT", s["ttft_ms"]), _row("ITL", s["itl_ms"]), _row("TPOT", s["tpot_ms"]), _row("E2E", s["e2e_ms"]),
+        "",
+        f"  throughput: {s['throughput']['output_tokens_per_s']:.1f} output tok/s, "
+        f"{s['throughput']['requests_per_s']:.2f} req/s; goodput {s['goodput']['requests_per_s']:.2f} req/s "
+        f"({100 * s['goodput']['slo_attainment']:.1f}% within TTFT<={s['goodput']['slo']['ttft_ms']:g} ms, "
+        f"TPOT<={s['goodput']['slo']['itl_ms']:g} ms)",
+        "",
+        "  where E2E goes (share of all requests' time):",
+    ]
+    share = s["breakdown_share"]
+    for c in CATEGORIES:
+        tag = "  last mile" if c in LAST_MILE else ""
+        bar = "#" * int(round(40 * share[c]))
+        lines.append(f"    {c:<11} {100 * share[c]:6.2f}%  {bar}{tag}")
+    lines += [
+        f"  last mile (d2h+detokenize+stream): {100 * s['last_mile_share']:.2f}% of E2E, "
+        f"{100 * s['itl_last_mile_share']:.2f}% of the inter-token time",
+        "",
+        "  utilization: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["utilization"].items()),
+        f"  KV cache: peak {100 * s['kv_cache']['peak_occupancy']:.1f}%, mean "
+        f"{100 * s['kv_cache']['mean_occupancy']:.1f}% of {s['kv_cache']['blocks_per_replica']} blocks; "
+        f"weights {s['memory_per_gpu_gib']['weights_gib']:.1f} GiB/GPU",
+    ]
+    return "\n".join(lines)
+
+
+def format_summary(result) -> str:
+    """The summary for any kind of run."""
+    if result.kind == "llm":
+        return format_llm(result)
+    from .dit_text import format_summary as format_dit
+    return format_dit(result)

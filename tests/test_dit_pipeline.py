@@ -1,0 +1,196 @@
+"""DiT path: schedules against closed forms, breakdowns, determinism, published patterns, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dit_fidelity import legacy_scenario, reference_rows
+from simulator.config.loader import load_scenario
+from simulator.errors import ConfigError
+from simulator.hardware.collectives import alltoall_time
+from simulator.pipelines import simulate
+from simulator.pipelines.dit import CATEGORIES
+from simulator.report.dit_text import format_summary
+
+
+def dit(**kw):
+    raw = {"kind": "dit", "model": "pixart-alpha", "resolution": 1024, "steps": 4,
+           "workload": {"requests": 2, "arrival": "closed", "concurrency": 1},
+           "hardware": {"gpu": "a100-sxm-80g"}}
+    for k, v in kw.items():
+        raw[k] = v
+    return load_scenario(raw)
+
+
+def latency(sc) -> float:
+    return simulate(sc).summary["latency_s"]["p50"]
+
+
+# ---- schedules and closed forms ----------------------------------------------------------
+
+def test_pipefusion_bubble_matches_closed_form_on_fast_links():
+    N, M, T = 4, 8, 6
+    sc = dit(steps=T, cfg=False, text_encode=False, delivery={"vae": False, "format": "latent"},
+             parallel={"pipefusion": N, "patches": M, "warmup_steps": 0},
+             hardware={"gpu": "a100-sxm-80g", "gpu_link": {"base": "nvlink3",
+                                                            "bandwidth": "100 TB/s",
+                                                            "latency": "0 us"}})
+    res = simulate(sc)
+    row = res.breakdown.iloc[0]
+    d = row["denoise"] + row["comm"] + row["bubble"]
+    expected = (N - 1) / ((T - 0) * M + N - 1)
+    # stages are near-equal (28 layers over 4), stage 0 also embeds: allow a small spread
+    assert row["bubble"] / d == pytest.approx(expected, rel=0.15)
+
+
+def test_ulysses_comm_volume_is_four_alltoalls_per_layer():
+    u = 8
+    sc = dit(cfg=False, steps=2, parallel={"ulysses": u},
+             delivery={"vae": False, "format": "latent"}, text_encode=False)
+    res = simulate(sc)
+    S, inner, L = 4096, 1152, 28
+    per_gpu = S // u * inner * 2  # one of Q, K, V or O per GPU, bf16
+    expected = 2 * L * 4 * per_gpu * (u - 1) / u
+    assert res.summary["comm_bytes_per_gpu"] == pytest.approx(expected, rel=1e-9)
+    link = sc.hardware.gpu_link
+    t = 2 * L * 4 * alltoall_time(per_gpu, u, link.effective_bandwidth, link.latency)
+    assert res.breakdown["comm"].iloc[0] == pytest.approx(t, rel=1e-6)
+
+
+def test_tensor_parallel_comm_volume_is_three_allreduces_per_block():
+    t = 4
+    sc = dit(cfg=False, steps=1, parallel={"tensor": t},
+             delivery={"vae": False, "format": "latent"}, text_encode=False)
+    res = simulate(sc)
+    nbytes = 4096 * 1152 * 2
+    assert res.summary["comm_bytes_per_gpu"] == pytest.approx(28 * 3 * 2 * (t - 1) / t * nbytes)
+
+
+def test_breakdown_sums_to_latency_for_every_request():
+    for par in ({"pipefusion": 4, "cfg": 2}, {"ulysses": 2, "ring": 2, "pipefusion": 2},
+                {"distrifusion": 4}, {"tensor": 2}, {}):
+        res = simulate(dit(parallel=par, workload={"requests": 3, "arrival": "poisson",
+                                                   "rate": 5}))
+        bd = res.breakdown
+        assert len(bd) == 3
+        total = bd[list(CATEGORIES)].sum(axis=1)
+        np.testing.assert_allclose(total, bd["latency"], rtol=1e-9, atol=1e-12)
+        share = res.summary
+        assert share["last_mile_share"] == pytest.approx(
+            sum(share["breakdown_share"][c] for c in ("d2h", "encode", "deliver")))
+
+
+def test_same_seed_same_result():
+    sc = dit(parallel={"pipefusion": 4}, workload={"requests": 3, "arrival": "poisson",
+                                                   "rate": 3})
+    a, b = simulate(sc), simulate(sc)
+    assert a.requests.equals(b.requests)
+    assert a.summary == b.summary
+
+
+def test_json_contract_and_text_summary():
+    res = simulate(dit(parallel={"pipefusion": 2}))
+    s = res.summary
+    for key in ("latency_s", "breakdown_share", "last_mile_share", "memory_per_gpu_gib",
+                "status", "requests_completed", "throughput"):
+        assert key in s
+    assert set(s["latency_s"]) == {"p50", "p90", "p99", "mean"}
+    assert set(s["breakdown_share"]) == set(CATEGORIES)
+    assert s["status"] == "ok"
+    spans = res.spans
+    assert {"gpu0", "gpu1"} <= set(spans["track"])
+    assert "last mile" in format_summary(res)
+
+
+def test_base64_inflates_delivery_by_four_thirds():
+    a = simulate(dit(delivery={"format": "raw"})).requests["output_bytes"].iloc[0]
+    b = simulate(dit(delivery={"format": "raw", "base64": True})).requests["output_bytes"].iloc[0]
+    assert (b - 200) == pytest.approx((a - 200) * 4 / 3)
+
+
+# ---- published patterns (dit_latency.csv, dit_pipefusion_patches.csv) ------------------------
+
+def _a100(res, strategy):
+    return latency(legacy_scenario("a100-sxm-80g", res, strategy, 1 if strategy == "single"
+                                   else 8))
+
+
+def test_1024_pipefusion_beats_tensor_and_ring():
+    pf = _a100(1024, "pipefusion")
+    assert pf < _a100(1024, "tensor") and pf < _a100(1024, "ring")
+
+
+def test_4096_single_is_slowest():
+    single = _a100(4096, "single")
+    for s in ("tensor", "pipefusion", "distrifusion", "ulysses", "ring"):
+        assert _a100(4096, s) < single
+
+
+@pytest.mark.xfail(reason="Ulysses, Ring and DistriFusion compute the same per-GPU attention; "
+                          "the simulator lacks what makes Ring and DistriFusion slower at 4096² "
+                          "(comm/compute interference on SMs and HBM)", strict=False)
+def test_4096_ulysses_is_fastest():
+    uly = _a100(4096, "ulysses")
+    for s in ("tensor", "pipefusion", "distrifusion", "ring"):
+        assert uly < _a100(4096, s)
+
+
+def test_distrifusion_oom_at_8192():
+    res = simulate(legacy_scenario("a100-sxm-80g", 8192, "distrifusion", 8))
+    assert res.summary["status"] == "oom"
+    assert res.summary["memory_needed_gib"] > 80e9 / 2 ** 30
+    assert simulate(legacy_scenario("a100-sxm-80g", 8192, "pipefusion", 8)).summary["status"] == "ok"
+
+
+def test_fewer_patches_than_stages_is_slower_and_32_patches_slower_than_8_on_l20():
+    def pf(n, m):
+        return latency(legacy_scenario("l20", 1024, "pipefusion", n, patches=m))
+    assert pf(8, 4) > pf(8, 8)
+    assert pf(4, 2) > pf(4, 4)
+    assert pf(8, 32) > pf(8, 8)
+
+
+# ---- fidelity -------------------------------------------------------------------------------
+
+def _fidelity():
+    rows = []
+    for r in reference_rows("dit_latency.csv"):
+        res = simulate(legacy_scenario(r["gpu"], int(r["resolution"]), r["strategy"],
+                                       int(r["degree"])))
+        rows.append((r, res.summary))
+    return rows
+
+
+def test_fidelity_oom_rows_are_oom():
+    for r, s in _fidelity():
+        assert (s["status"] == "oom") == (r["latency_s"] == "OOM"), (r["resolution"], r["strategy"])
+
+
+@pytest.mark.xfail(reason="median |error| ~38%, max ~73%: the simulator under-predicts every "
+                          "A100 legacy row (see the fidelity table in the report)", strict=False)
+def test_fidelity_within_25_percent():
+    errs = [s["latency_s"]["p50"] / float(r["latency_s"]) - 1 for r, s in _fidelity()
+            if r["latency_s"] != "OOM"]
+    assert max(abs(e) for e in errs) <= 0.25
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, path", [
+    ({"gpus": 8, "parallel": {"pipefusion": 4}}, "gpus"),
+    ({"parallel": {"ulysses": 3}}, "parallel.ulysses"),
+    ({"parallel": {"pipefusion": 2, "patches": 128}}, "parallel.patches"),
+    ({"parallel": {"pipefusion": 2, "patches": 3}}, "parallel.patches"),
+    ({"resolution": "1000x1024"}, "resolution"),
+    ({"parallel": {"cfg": 2}, "cfg": False}, "parallel.cfg"),
+    ({"parallel": {"pipefusoin": 2}}, "parallel.pipefusoin"),
+    ({"model": "pixart-alfa"}, "model"),
+])
+def test_bad_input_is_a_config_error_with_a_key_path(raw, path):
+    base = {"kind": "dit", "model": "pixart-alpha", "hardware": {"gpu": "a100-sxm-80g"}}
+    base.update(raw)
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(base)
+    assert exc.value.path == path
+    assert "\n" not in str(exc.value)
