@@ -3,6 +3,7 @@
 from .api import run
 from .config.loader import load_scenario
 from .errors import ConfigError, LastmileError
+from .sweep import sweep
 
-__all__ = ["run", "load_scenario", "ConfigError", "LastmileError"]
+__all__ = ["run", "sweep", "load_scenario", "ConfigError", "LastmileError"]
 __version__ = "0.1.0"

@@ -12,6 +12,10 @@ COMMANDS = {
     "run": "simulator.commands.run",
     "measure-cpu": "simulator.commands.measure",
     "measure-gpu": "simulator.commands.measure_gpu",
+    "validate": "simulator.commands.validate",
+    "calibrate": "simulator.commands.calibrate",
+    "sweep": "simulator.commands.sweep",
+    "report": "simulator.commands.report",
 }
 
 

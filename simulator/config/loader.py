@@ -74,7 +74,8 @@ class _Resolver:
     def __init__(self, base_dir: Path):
         self.base_dir = base_dir
 
-    def ref(self, value: Any, kind: str, key: str, profile_key: str | None = None) -> Any:
+    def ref(self, value: Any, kind: str, key: str, profile_key: str | None = None, default: str | None = None) -> Any:
+        """Resolve a catalog name, a profile path or a mapping; a partial mapping builds on ``default``."""
         if value is None:
             return None
         if isinstance(value, str):
@@ -84,6 +85,8 @@ class _Resolver:
         if not isinstance(value, dict):
             raise ConfigError(f"expected a catalog name or a mapping, got {value!r}", path=key)
         value = dict(value)
+        if default is not None and "base" not in value and "name" not in value:
+            value["base"] = default
         base = value.pop("base", None)
         if base is None:
             return value
@@ -125,16 +128,14 @@ class _Resolver:
 def resolve_hardware(raw_hw: Any, resolver: _Resolver) -> dict:
     """Fill a hardware section: GPU from the catalog, its default links, the CPU profile."""
     hw = dict(raw_hw or {})
-    hw["gpu"] = resolver.ref(hw.get("gpu", "h100-sxm"), "gpus", "hardware.gpu")
+    hw["gpu"] = resolver.ref(hw.get("gpu", "h100-sxm"), "gpus", "hardware.gpu", default="h100-sxm")
     gpu = hw["gpu"] if isinstance(hw["gpu"], dict) else {}
-    if "gpu_link" not in hw:
-        hw["gpu_link"] = gpu.get("gpu_link")
-    if "host_link" not in hw:
-        hw["host_link"] = gpu.get("host_link", "pcie4-x16")
-    hw.setdefault("client_link", "client-lan")
-    for link in ("gpu_link", "host_link", "node_link", "client_link"):
-        hw[link] = resolver.ref(hw.get(link), "links", f"hardware.{link}")
-    hw["cpu"] = resolver.ref(hw.get("cpu", "reference"), "cpus", "hardware.cpu")
+    defaults = {"gpu_link": gpu.get("gpu_link"), "host_link": gpu.get("host_link", "pcie4-x16"),
+                "node_link": None, "client_link": "client-lan"}
+    for link, default in defaults.items():
+        hw.setdefault(link, default)
+        hw[link] = resolver.ref(hw[link], "links", f"hardware.{link}", default=default)
+    hw["cpu"] = resolver.ref(hw.get("cpu", "reference"), "cpus", "hardware.cpu", default="reference")
     return hw
 
 
@@ -214,8 +215,8 @@ def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping
         model_kind = "llms" if kind == "llm" else "dits"
         if kind == "token_pipeline" and isinstance(raw.get("model"), str) and catalog.entry("llms", raw["model"]):
             model_kind = "llms"
-        raw["model"] = resolver.ref(raw.get("model", "llama-3-8b" if kind == "llm" else None),
-                                    model_kind, "model")
+        default_model = "llama-3-8b" if kind == "llm" else None
+        raw["model"] = resolver.ref(raw.get("model", default_model), model_kind, "model", default=default_model)
         raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver)
         workload = raw.get("workload")
         if isinstance(workload, dict) and workload.get("trace"):

@@ -16,15 +16,24 @@ from ..observe.spans import SpanRecorder
 
 @dataclass
 class CorePool:
-    """A pool of identical cores; a task takes the core that frees first."""
+    """A pool of identical cores; a task takes the core that frees first.
+
+    While there are at least as many cores as processes, no process ever waits for a core,
+    and the pool is not consulted at all.
+    """
 
     cores: int
+    processes: int = 0
     _free: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.cores < 1:
             raise ValueError("a CPU needs at least one core")
         self._free = [0.0] * self.cores
+
+    @property
+    def contended(self) -> bool:
+        return self.processes > self.cores
 
     def earliest(self) -> float:
         return self._free[0]
@@ -44,15 +53,21 @@ class CPUProcess:
     busy: float = 0.0
     tasks: int = 0
 
+    def __post_init__(self):
+        self.pool.processes += 1
+
     @property
     def track(self) -> str:
         return f"cpu:{self.name}"
 
     def submit(self, now: float, duration: float, label: str = "") -> tuple[float, float]:
         """Queue ``duration`` seconds of work at time ``now``; returns (start, end)."""
-        start = max(now, self.free_at, self.pool.earliest())
+        if self.pool.contended:
+            start = max(now, self.free_at, self.pool.earliest())
+            self.pool.take(start, start + duration)
+        else:
+            start = now if now > self.free_at else self.free_at
         end = start + duration
-        self.pool.take(start, end)
         self.free_at = end
         self.busy += duration
         self.tasks += 1

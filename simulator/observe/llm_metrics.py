@@ -48,33 +48,60 @@ class _Accumulator:
         self.after[cat] += np.bincount(req, weights=clipped, minlength=self.n)
 
 
-def breakdown(table, steps, rows, done: np.ndarray):
-    """Per-request category totals over E2E and over the ITL window (after the first token)."""
-    n = table.n
-    req = rows["req"].astype(np.int64)
-    keep = done[req]
-    order = np.lexsort((rows["step"][keep], req[keep]))
-    idx = np.flatnonzero(keep)[order]
-    req = req[idx]
-    step = rows["step"][idx].astype(np.int64)
-    kind = rows["kind"][idx]
-    prefill = rows["prefill"][idx].astype(bool)
-    e, R = rows["e"][idx], rows["R"][idx]
-    a0, a1, g0, g1 = (steps[k][step] for k in ("a0", "a1", "g0", "g1"))
-    comm_frac, d1_step = steps["comm"][step], steps["d1"][step]
-    d1 = np.where(kind == 0, g1, d1_step)
-    acc = _Accumulator(n, np.nan_to_num(table.first_R, nan=np.inf))
+CHUNK_ROWS = 1 << 18
 
+
+def _request_step_order(rows, sel: np.ndarray, n_steps: int) -> np.ndarray:
+    """``sel`` reordered by (request, step): rows are recorded when their output is handled, not in step order."""
+    key = rows["req"][sel].astype(np.int64) * (n_steps + 1) + rows["step"][sel]
+    return sel[np.argsort(key, kind="stable")]
+
+
+def breakdown(table, steps, rows, done: np.ndarray):
+    """Per-request category totals over E2E and over the ITL window (after the first token).
+
+    Rows are processed in request order, in chunks, so memory stays bounded on long traces.
+    """
+    n = table.n
+    acc = _Accumulator(n, np.nan_to_num(table.first_R, nan=np.inf))
     ids = np.flatnonzero(done)
     acc.add("queue", ids, table.arrival[ids], table.tok_start[ids])
     acc.add("schedule", ids, table.tok_start[ids], table.tok_end[ids])
 
+    req_all = rows["req"]
+    order = _request_step_order(rows, np.flatnonzero(done[req_all]), len(steps["g1"]))
+    for lo in range(0, len(order), CHUNK_ROWS):
+        hi = min(lo + CHUNK_ROWS, len(order))
+        following = int(req_all[order[hi]]) if hi < len(order) else -1
+        _breakdown_rows(acc, table, steps, rows, order[max(lo - 1, 0):hi], lo > 0, following)
+    return acc
+
+
+def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: int) -> None:
+    """Add the windows of rows ``idx`` (sorted by request, then step).
+
+    With ``skip_first`` the first row only serves as the previous row of the second;
+    ``following`` is the request of the row after this chunk (-1 at the end).
+    """
+    req = rows["req"][idx].astype(np.int64)
+    step = rows["step"][idx]
+    kind = rows["kind"][idx]
+    e, R = rows["e"][idx], rows["R"][idx]
+    g1 = steps["g1"][step]
+    d1 = np.where(kind == 0, g1, steps["d1"][step])
     first = np.r_[True, req[1:] != req[:-1]]
-    prev = np.arange(len(req)) - 1
+    last = np.r_[req[1:] != req[:-1], req[-1] != following]
+    prev = np.maximum(np.arange(len(req)) - 1, 0)
     ws = np.where(first, table.tok_end[req], g1[prev])
     pd1 = np.where(first, ws, d1[prev])
     pe = np.where(first, ws, e[prev])
     pR = np.where(first, ws, R[prev])
+    if skip_first:
+        s = slice(1, None)
+        req, step, kind, e, R, g1, d1, first, last = req[s], step[s], kind[s], e[s], R[s], g1[s], d1[s], first[s], last[s]
+        ws, pd1, pe, pR = ws[s], pd1[s], pe[s], pR[s]
+    prefill = rows["prefill"][idx][1 if skip_first else 0:].astype(bool)
+    a0, a1, g0 = steps["a0"][step], steps["a1"][step], steps["g0"][step]
     cs = np.maximum(a0, ws)
     b1 = np.clip(pd1, ws, cs)
     b2 = np.clip(pe, b1, cs)
@@ -87,24 +114,20 @@ def breakdown(table, steps, rows, done: np.ndarray):
     c2 = np.clip(g0, c1, g1)
     acc.add("schedule", req, cs, c1)
     acc.add("queue", req, c1, c2)
-    bc = np.maximum(c2, g1 - comm_frac * (g1 - g0))
+    bc = np.maximum(c2, g1 - steps["comm"][step] * (g1 - g0))
     acc.add("prefill", req[prefill], c2[prefill], bc[prefill])
     acc.add("decode", req[~prefill], c2[~prefill], bc[~prefill])
     acc.add("comm", req, bc, g1)
-
-    last = np.r_[req[1:] != req[:-1], True]
     acc.add("d2h", req[last], g1[last], d1[last])
     acc.add("detokenize", req[last], d1[last], e[last])
     acc.add("stream", req[last], e[last], R[last])
-    return acc
 
 
 def itl_samples(rows, done: np.ndarray) -> np.ndarray:
     """Inter-token gaps at the client: a chunk's gap to the previous chunk, then zeros for its other tokens."""
-    req = rows["req"].astype(np.int64)
-    mask = (rows["kind"] == SENT) & done[req]
-    order = np.lexsort((rows["step"][mask], req[mask]))
-    r, R, tok = req[mask][order], rows["R"][mask][order], rows["tokens"][mask][order].astype(np.int64)
+    req = rows["req"]
+    sel = _request_step_order(rows, np.flatnonzero((rows["kind"] == SENT) & done[req]), int(rows["step"].max(initial=0)) + 1)
+    r, R, tok = req[sel], rows["R"][sel], rows["tokens"][sel].astype(np.int64)
     if not len(r):
         return np.empty(0)
     same = np.r_[False, r[1:] == r[:-1]]

@@ -18,6 +18,7 @@ import numpy as np
 from ..hardware.cpu import CPUProcess, SerialChannel
 
 PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -85,10 +86,11 @@ class Engine:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.prefilling: list[int] = []
+        self._run_arr: np.ndarray | None = None
         self.outstanding = 0
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
-        self.launch_kernels = cost.kernels_per_step()
+        self.launch_cost = cost.gpu.launch_time(cost.kernels_per_step(), self.cuda_graphs)
         self._wake = None
         env.process(self._loop())
 
@@ -101,25 +103,39 @@ class Engine:
 
     # -- scheduling -------------------------------------------------------------------------
 
+    def _running_array(self) -> np.ndarray:
+        if self._run_arr is None:
+            self._run_arr = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
+        return self._run_arr
+
     def _schedule(self):
-        """Pick the next batch (decodes first, then chunks of prefills), allocating KV blocks."""
+        """Pick the next batch (decodes first, then chunks of prefills), allocating KV blocks.
+
+        Blocks always cover ceil(computed / block_size) tokens, so a decode needs a new block
+        exactly when its KV length is a multiple of the block size.
+        """
         t, sv = self.table, self.sv
         bs = sv.block_size
         budget = sv.max_batched_tokens
-        run = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
-        decode = run[t.computed[run] >= t.target[run]][:budget]
-        need = -(-(t.computed[decode] + 1) // bs) - t.blocks[decode]
-        total = int(need.sum())
+        run = self._running_array()
+        decode = run[t.computed[run] >= t.target[run]] if self.prefilling else run
+        if len(decode) > budget:
+            decode = decode[:budget]
+        comp = t.computed[decode]
+        need = comp % bs == 0
+        total = int(np.count_nonzero(need))
         while total > self.kv_free and len(self.running) > 1:
             victim = self.running.pop()
+            self._run_arr = None
             self._preempt(victim)
             keep = decode != victim
-            decode, need = decode[keep], need[keep]
-            total = int(need.sum())
+            decode, comp, need = decode[keep], comp[keep], need[keep]
+            total = int(np.count_nonzero(need))
         if total > self.kv_free:
-            decode, need, total = decode[:0], need[:0], 0
-        self.kv_free -= total
-        t.blocks[decode] += need
+            decode, comp, total = decode[:0], comp[:0], 0
+        if total:
+            self.kv_free -= total
+            t.blocks[decode[need]] += 1
         budget -= len(decode)
 
         chunks: list[tuple[int, int, int]] = []
@@ -142,12 +158,13 @@ class Engine:
                 break
             self.waiting.popleft()
             self.running.append(rid)
+            self._run_arr = None
             self.prefilling.append(rid)
             chunks.append((rid, int(t.computed[rid]), n))
             budget -= n
         if len(decode) == 0 and not chunks:
-            return None, None, None
-        return decode, chunks, float((t.computed[decode] + 1).sum())
+            return None, None, None, None
+        return decode, comp, chunks, float(comp.sum()) + len(decode)
 
     def _alloc(self, rid: int, n: int) -> bool:
         t = self.table
@@ -174,20 +191,19 @@ class Engine:
     def _launch(self):
         """Schedule and launch one step; returns the Step or None if there is nothing to run."""
         env, t = self.env, self.table
-        decode, chunks, ctx = self._schedule()
+        decode, comp, chunks, ctx = self._schedule()
         if decode is None:
             return None
         a0 = env.now
         batch = len(decode) + len(chunks)
         sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
-        launch = self.cost.gpu.launch_time(self.launch_kernels, self.cuda_graphs)
-        _, a1 = self.proc.submit(a0, sched + launch, "schedule")
-        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks])
+        _, a1 = self.proc.submit(a0, sched + self.launch_cost, "schedule")
+        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else ())
         g0 = max(a1, self.gpu_free)
         g1 = g0 + step_cost.total
         self.gpu_free = g1
         self.gpu_busy += step_cost.total
-        t.computed[decode] += 1
+        t.computed[decode] = comp + 1
         new_tokens = 0
         completes, partial = [], []
         for rid, _, n in chunks:
@@ -208,16 +224,27 @@ class Engine:
         used = self.kv_total - self.kv_free
         self.kv_peak = max(self.kv_peak, used)
         self.kv_sum += used * step_cost.total
-        return Step(index, decode, np.array(completes, dtype=np.int64), np.array(partial, dtype=np.int64), g1, d1)
+        return Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
+                    np.array(partial, dtype=np.int64) if partial else _EMPTY, g1, d1)
 
     def _process(self, step: Step):
-        """Turn a finished step into tokens: who emitted, who sends a chunk, who finished."""
+        """Turn a finished step into tokens: who emitted, who sends a chunk, who finished.
+
+        Returns (emit, send mask or None if all send, prefill flags or None if all decode,
+        done mask or None if nobody finished).
+        """
         t, sv = self.table, self.sv
-        emit = np.concatenate([step.decode, step.completes])
-        prefill_flag = np.zeros(len(emit), dtype=np.int8)
-        prefill_flag[len(step.decode):] = 1
-        live = ~t.finished[emit]
-        emit, prefill_flag = emit[live], prefill_flag[live]
+        if len(step.completes):
+            emit = np.concatenate([step.decode, step.completes])
+            prefill_flag = np.zeros(len(emit), dtype=np.int8)
+            prefill_flag[len(step.decode):] = 1
+        else:
+            emit, prefill_flag = step.decode, None
+        if sv.overlap == "async":
+            live = ~t.finished[emit]
+            if not live.all():
+                emit = emit[live]
+                prefill_flag = None if prefill_flag is None else prefill_flag[live]
         gen = t.generated[emit] + 1
         t.generated[emit] = gen
         done = gen >= t.output[emit]
@@ -227,10 +254,13 @@ class Engine:
             t.finished[finished] = True
             fin = set(finished.tolist())
             self.running = [r for r in self.running if r not in fin]
+            self._run_arr = None
             self.kv_free += int(t.blocks[finished].sum())
             t.blocks[finished] = 0
             self.outstanding -= len(finished)
-        return emit, send, prefill_flag
+        else:
+            done = None
+        return emit, send, prefill_flag, done
 
     @staticmethod
     def _chunks(emit, send) -> int:
@@ -251,7 +281,7 @@ class Engine:
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
-        emit, send, prefill_flag = self._process(step)
+        emit, send, prefill_flag, done = self._process(step)
         placement = self.sv.detokenizer
         if placement == "engine":
             end = step.d1
@@ -260,16 +290,16 @@ class Engine:
             if end > env.now:
                 yield env.timeout(end - env.now)
             if len(emit):
-                self.sink.stream(step.index, emit, send, prefill_flag, end)
+                self.sink.stream(step.index, emit, send, prefill_flag, done, end)
             return
         if placement == "separate" and len(emit):
             _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
             env.timeout(e - env.now).callbacks.append(
-                lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, e))
+                lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, done, e))
         if step.d1 > env.now:
             yield env.timeout(step.d1 - env.now)
         if placement == "api_server" and len(emit):
-            self.sink.stream_with_detok(step.index, emit, send, prefill_flag, env.now)
+            self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done, env.now)
 
     def _idle(self):
         self._wake = self.env.event()

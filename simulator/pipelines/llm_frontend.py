@@ -50,10 +50,12 @@ class Frontend:
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 
-    def _deliver(self, step: int, emit, send, prefill_flag, e_tok, done_send) -> None:
+    def _deliver(self, step: int, emit, send, prefill_flag, done, e_tok, done_send) -> None:
         """Record every emitted token's row; sent chunks reach the client over its link.
 
-        ``send`` is a boolean mask over ``emit``, or None when every emitted token is sent.
+        ``send`` is a mask over ``emit`` or None when all are sent; ``prefill_flag`` marks first
+        tokens after a prefill (None: all decode); ``done`` marks finished requests (None: none);
+        ``e_tok`` is each token's (or every token's) detokenization end.
         """
         t, sv, client = self.table, self.sv, self.client
         sent_ids = emit if send is None else emit[send]
@@ -63,20 +65,22 @@ class Frontend:
         bw = client.effective_bandwidth
         received = done_send + (client.latency + sv.response_header_bytes / bw) + ntok * (sv.chunk_bytes_per_token / bw)
         if send is None:
-            R, kind, tokens = received, np.full(len(emit), SENT, dtype=np.int8), ntok
+            R, kind, tokens = received, SENT, ntok
         else:
-            R = e_tok.copy()
+            R = np.broadcast_to(e_tok, emit.shape).astype(float)
             R[send] = received
             kind = np.where(send, SENT, BUFFERED).astype(np.int8)
             tokens = np.zeros(len(emit), dtype=np.int64)
             tokens[send] = ntok
-        first = before == 0
-        t.first_R[sent_ids[first]] = received[first]
+        if prefill_flag is not None:
+            first = before == 0
+            t.first_R[sent_ids[first]] = received[first]
         t.sent[sent_ids] = gen
         t.last_R[sent_ids] = received
-        self.rows.extend(len(emit), req=emit, step=step, prefill=prefill_flag, kind=kind, e=e_tok, R=R, tokens=tokens)
-        fin = t.finished[sent_ids]
-        if fin.any():
+        self.rows.extend(len(emit), req=emit, step=step, prefill=0 if prefill_flag is None else prefill_flag,
+                         kind=kind, e=e_tok, R=R, tokens=tokens)
+        if done is not None:
+            fin = done if send is None else done[send]
             for rid, receipt in zip(sent_ids[fin].tolist(), received[fin].tolist()):
                 self.on_finish(rid, receipt)
 
@@ -103,13 +107,13 @@ class Frontend:
                 done[mask] = starts[j] + first + per_chunk * np.arange(1, n + 1)
         return done, starts
 
-    def stream(self, step: int, emit, send, prefill_flag, e: float) -> None:
+    def stream(self, step: int, emit, send, prefill_flag, done, e: float) -> None:
         """Detokenized tokens arrive at time e (= now): serialize one SSE chunk per sending request."""
         sent_ids = emit if send is None else emit[send]
-        done, _ = self._serialize(sent_ids, e, self.cpu.stream_per_chunk)
-        self._deliver(step, emit, send, prefill_flag, np.full(len(emit), e), done)
+        serialized, _ = self._serialize(sent_ids, e, self.cpu.stream_per_chunk)
+        self._deliver(step, emit, send, prefill_flag, done, e, serialized)
 
-    def stream_with_detok(self, step: int, emit, send, prefill_flag, now: float) -> None:
+    def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float) -> None:
         """vLLM V1 layout: each API server detokenizes its own requests, builds outputs and streams."""
         t, c = self.table, self.cpu
         per_chunk = c.output_per_request + c.stream_per_chunk
@@ -117,8 +121,8 @@ class Frontend:
         counts = np.bincount(api, minlength=len(self.servers))
         detok = {j: c.detokenize_step_fixed + c.detokenize_per_token * int(n) for j, n in enumerate(counts) if n}
         sent_ids = emit if send is None else emit[send]
-        done, starts = self._serialize(sent_ids, now, per_chunk, detok)
+        serialized, starts = self._serialize(sent_ids, now, per_chunk, detok)
         e_tok = np.empty(len(emit))
         for j in detok:
             e_tok[api == j] = starts[j] + detok[j]
-        self._deliver(step, emit, send, prefill_flag, e_tok, done)
+        self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)

@@ -230,12 +230,14 @@ class LLMCostModel:
             t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
         return t
 
-    def step(self, decode_context: float, decode_requests: int, prefill_chunks: list[tuple[int, int]]) -> StepCost:
-        """Time of one engine step; ``prefill_chunks`` is a list of (cached tokens p, new tokens n)."""
-        n_new = sum(n for _, n in prefill_chunks)
+    def step(self, decode_context: float, decode_requests: int, prefill_chunks=()) -> StepCost:
+        """Time of one engine step; ``prefill_chunks`` is a sequence of (cached tokens p, new tokens n)."""
+        n_new = pairs = kv = 0
+        for p, n in prefill_chunks:
+            n_new += n
+            pairs += n * (p + (n + 1) / 2)
+            kv += p + n
         tokens = decode_requests + n_new
-        pairs = sum(n * (p + (n + 1) / 2) for p, n in prefill_chunks)
-        kv = sum(p + n for p, n in prefill_chunks)
         stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new)
         sampled = decode_requests + len(prefill_chunks)
         compute = self.pp * stage + self.head_time(sampled)

@@ -1,0 +1,71 @@
+"""``lastmile sweep``: run a grid of scenario variants and write one tidy CSV row per point and seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from ..config.loader import parse_override
+from ..errors import ConfigError
+from ..sweep import connect, sweep
+
+HELP = "run the cross product of --grid values over a scenario (parallel on local cores, or on a Dask cluster)"
+
+#: Columns printed to the terminal when present (the CSV has every metric).
+HEADLINE = ("ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99", "throughput.output_tokens_per_s",
+            "itl_last_mile_share", "last_mile_share", "latency_s.p50", "bubble_fraction", "memory_per_gpu_gib")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("scenario", nargs="?", help="scenario YAML file (default: the built-in default scenario)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a sweep axis, e.g. --grid workload.concurrency=1,8,64 (repeatable; cross product)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key for every point (repeatable)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per point: the scenario's seed, +1, ... (default 1)")
+    p.add_argument("--out", help="folder to write sweep.csv into")
+    p.add_argument("--cluster", metavar="tcp://HOST:PORT", help="run the points on this Dask scheduler")
+    p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_grid(text: str) -> tuple[str, list]:
+    """``key=v1,v2,...`` -> (key, [values]); each value is read as YAML like ``--set``."""
+    if "=" not in text:
+        raise ConfigError(f"--grid expects key=v1,v2,..., got {text!r}")
+    key, _, values = text.partition("=")
+    key = key.strip()
+    parts = [v.strip() for v in values.split(",")]
+    if not key or not any(parts):
+        raise ConfigError(f"--grid expects key=v1,v2,..., got {text!r}")
+    out = []
+    for v in parts:
+        try:
+            out.append(yaml.safe_load(v) if v else "")
+        except yaml.YAMLError:
+            out.append(v)
+    return key, out
+
+
+def main(args) -> int:
+    grid = dict(parse_grid(g) for g in args.grid)
+    overrides = dict(parse_override(o) for o in args.overrides)
+    client = connect(args.cluster) if args.cluster else None
+    try:
+        df = sweep(args.scenario, grid, seeds=args.seeds, client=client, workers=args.workers,
+                   progress=False if args.no_progress else None, overrides=overrides)
+    finally:
+        if client is not None:
+            client.close()
+    shown = [c for c in (*grid, "seed", "status", *HEADLINE) if c in df.columns]
+    with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format",
+                           "{:.4g}".format):
+        print(df[shown].to_string(index=False))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "sweep.csv", index=False)
+        print(f"\nwrote {out / 'sweep.csv'} ({len(df)} rows, {len(df.columns)} columns)")
+    return 0

@@ -1,0 +1,44 @@
+"""``lastmile validate``: predicted vs published measurements, per row and per family."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+HELP = ("run the validation suite (scenarios/validation/): predicted vs published measurements with the signed "
+        "% error, and each family's median and max |error|")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--family", action="append", default=[], metavar="NAME",
+                   help="run only this family (repeatable); default: all")
+    p.add_argument("--dir", help="directory of family YAML files (default: scenarios/validation)")
+    p.add_argument("--json", action="store_true", help="print the table (rows and per-family summary) as JSON")
+    p.add_argument("--write-readme", metavar="PATH",
+                   help="rewrite the block between <!-- fidelity:start --> and <!-- fidelity:end --> in PATH "
+                        "with the generated fidelity table")
+
+
+def _clean(records: list[dict]) -> list[dict]:
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in records]
+
+
+def main(args) -> int:
+    from ..validate import fidelity_markdown, format_table, rewrite_readme, run_validation, summarize
+
+    t0 = time.perf_counter()
+    table = run_validation(args.family or None, args.dir)
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        json.dump({"rows": _clean(table.to_dict("records")), "families": _clean(summarize(table).to_dict("records")),
+                   "runtime_s": elapsed}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(table))
+        print(f"\n{len(table)} rows in {elapsed:.1f} s")
+    if args.write_readme:
+        rewrite_readme(args.write_readme, fidelity_markdown(table, args.dir))
+        print(f"wrote the fidelity table into {args.write_readme}", file=sys.stderr)
+    return 0

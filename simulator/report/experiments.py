@@ -1,0 +1,157 @@
+"""The experiments behind the notebooks and the report: small, deterministic sweeps returning tidy frames.
+
+Each function answers one of the project's questions with ``simulator.sweep`` and adds the label
+columns its figure needs (``setup``, ``strategy``, ``link``...). Sizes are parameters, so the
+notebooks, the report and the tests run the same experiment at different scales.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..config import catalog
+from ..sweep import sweep
+from ..units import parse
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+#: The last-mile remedies of question 1: a label and the serving overrides that apply it.
+REMEDIES: Mapping[str, Mapping] = {
+    "baseline (engine detok, sync)": {},
+    "separate detokenizer": {"serving.detokenizer": "separate"},
+    "API-server detok x1": {"serving.detokenizer": "api_server", "serving.api_servers": 1},
+    "API-server detok x4": {"serving.detokenizer": "api_server", "serving.api_servers": 4},
+    "async overlap": {"serving.overlap": "async"},
+    "stream every 4 tokens": {"serving.stream_interval": 4},
+}
+
+#: Detokenizer placements, for the last-mile-vs-concurrency figure.
+PLACEMENTS: Mapping[str, Mapping] = {
+    "engine": {"serving.detokenizer": "engine"},
+    "separate": {"serving.detokenizer": "separate"},
+    "api_server": {"serving.detokenizer": "api_server"},
+}
+
+#: Closed-loop chat-like load on the default scenario (Llama-3-8B on one H100), sized for speed.
+CLOSED_LOOP: Mapping = {"workload.arrival": "closed", "workload.prompt_tokens": 512,
+                        "workload.output_tokens": 128, "serving.max_batch": 1024, "serving.overlap": "sync",
+                        "serving.detokenizer": "engine", "record_spans": False}
+
+CPU_COSTS = ("detokenize_per_token", "output_per_request", "stream_per_chunk", "schedule_per_request",
+             "schedule_per_step", "tokenize_per_token", "request_overhead")
+
+#: DiT strategies swept over GPU counts (each is one ``parallel.<name>`` degree).
+DIT_STRATEGIES = ("pipefusion", "ulysses", "ring", "tensor", "distrifusion")
+#: Interconnect label -> the A100 variant that has it (SXM: NVLink; PCIe: peer traffic over PCIe).
+DIT_LINKS: Mapping[str, str] = {"NVLink (A100 SXM)": "a100-sxm-80g", "PCIe (A100 PCIe)": "a100-pcie-80g"}
+
+
+def cpu_slowdown(factor: float, costs: Sequence[str] = CPU_COSTS, profile: str = "reference") -> dict:
+    """Overrides multiplying a CPU profile's per-request costs by ``factor`` (a slower host or tokenizer)."""
+    base = catalog.entry("cpus", profile)
+    out = {"hardware.cpu.base": profile}
+    for c in costs:
+        out[f"hardware.cpu.{c}"] = f"{parse(base[c], 'time') * factor * 1e6:.6g} us"
+    return out
+
+
+def requests_for(concurrency: int, per_client: int = 2, minimum: int = 24) -> int:
+    """Closed-loop request count: a couple of requests per client, never too few for percentiles."""
+    return max(per_client * int(concurrency), minimum)
+
+
+def run_labelled(scenario, points: Sequence[tuple[Mapping, Mapping]], workers: int | None = None,
+                 progress: bool | None = False) -> pd.DataFrame:
+    """Run ``(labels, overrides)`` points as one parallel sweep; the labels become the leading columns."""
+    df = sweep(scenario, [over for _, over in points], workers=workers, progress=progress)
+    labels = pd.DataFrame([dict(lab) for lab, _ in points])
+    return pd.concat([labels, df.drop(columns=[c for c in labels.columns if c in df.columns])], axis=1)
+
+
+def llm_concurrency(concurrency: Sequence[int], setups: Mapping[str, Mapping], scenario=None,
+                    base: Mapping | None = None, per_client: int = 2, workers: int | None = None,
+                    progress: bool | None = False) -> pd.DataFrame:
+    """Closed-loop sweep of concurrency under each named setup (``setup``, ``concurrency`` columns)."""
+    points = []
+    for label, extra in setups.items():
+        for c in concurrency:
+            over = {**CLOSED_LOOP, **(base or {}), **extra, "workload.concurrency": int(c),
+                    "workload.requests": requests_for(c, per_client)}
+            points.append(({"setup": label, "concurrency": int(c)}, over))
+    return run_labelled(scenario, points, workers, progress)
+
+
+def crossover(rows: pd.DataFrame, threshold: float = 0.2, y: str = "itl_last_mile_share",
+              x: str = "concurrency", by: str = "setup") -> dict:
+    """Per group, the smallest swept ``x`` at which ``y`` reaches ``threshold`` (None if it never does)."""
+    out = {}
+    for name, g in rows[rows["status"] == "ok"].groupby(by, sort=False):
+        hit = g[g[y] >= threshold].sort_values(x)
+        out[name] = None if hit.empty else int(hit[x].iloc[0])
+    return out
+
+
+def dit_strategies(scenario: str | Path = SCENARIOS / "dit" / "pixart-1024-a100-nvlink-single.yaml",
+                   gpu_counts: Sequence[int] = (1, 2, 4, 8), strategies: Sequence[str] = DIT_STRATEGIES,
+                   links: Mapping[str, str] = DIT_LINKS, base: Mapping | None = None,
+                   workers: int | None = None, progress: bool | None = False) -> pd.DataFrame:
+    """Latency, breakdown and memory of each DiT strategy at each GPU count on each interconnect."""
+    points = []
+    for link, gpu in links.items():
+        for strategy in strategies:
+            for n in gpu_counts:
+                over = {**(base or {}), "hardware.gpu": gpu, "workload.requests": 1}
+                if n > 1:
+                    over[f"parallel.{strategy}"] = int(n)
+                points.append(({"link": link, "strategy": strategy, "gpus": int(n)}, over))
+    return run_labelled(scenario, points, workers, progress)
+
+
+def best_strategy(rows: pd.DataFrame, y: str = "latency_s.p50") -> pd.DataFrame:
+    """For each interconnect and GPU count above one, the fastest feasible strategy and its speed-up."""
+    ok = rows[rows["status"] == "ok"]
+    single = ok[ok["gpus"] == 1].groupby("link")[y].min()
+    best = ok[ok["gpus"] > 1].sort_values(y).groupby(["link", "gpus"], sort=False).head(1)
+    best = best.assign(speedup=best[y].to_numpy() / 1.0)
+    best["speedup"] = [single[link] / v for link, v in zip(best["link"], best[y])]
+    return best[["link", "gpus", "strategy", y, "speedup", "breakdown_share.comm",
+                 "breakdown_share.bubble", "memory_per_gpu_gib"]].sort_values(["link", "gpus"]).reset_index(drop=True)
+
+
+def token_pipeline(slices: Sequence[int] = (1, 2, 4, 8, 16, 32), slicings: Sequence[str] = ("uniform", "balanced"),
+                   workloads: Mapping[str, str] | None = None, base: Mapping | None = None,
+                   workers: int | None = None, progress: bool | None = False) -> pd.DataFrame:
+    """Bubble fraction and latency of the token-level pipeline vs slice count, causal LLM vs DiT."""
+    workloads = workloads or {"causal LLM (llama-3-8b)": str(SCENARIOS / "dit" / "token-pipeline-causal.yaml"),
+                              "DiT (pixart-alpha)": str(SCENARIOS / "dit" / "token-pipeline-dit.yaml")}
+    frames = []
+    for label, path in workloads.items():
+        df = sweep(path, {"slicing": list(slicings), "slices": list(slices)}, overrides=base, workers=workers,
+                   progress=progress)
+        frames.append(df.assign(workload=label))
+    out = pd.concat(frames, ignore_index=True)
+    return out[["workload", *[c for c in out.columns if c != "workload"]]]
+
+
+def jitter_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """ITL smoothness per row: p50, p99, their ratio and the count of gaps over twice the median."""
+    cols = {"itl_ms.p50": "ITL p50 (ms)", "itl_ms.p99": "ITL p99 (ms)", "itl_stalls.p99_over_p50": "p99/p50",
+            "itl_stalls.gaps_over_2x_median": "gaps > 2x median", "itl_last_mile_share": "last-mile share of ITL"}
+    keep = [c for c in ("setup", "concurrency", "link") if c in rows]
+    return rows[keep + list(cols)].rename(columns=cols)
+
+
+def interp_crossing(x: Sequence[float], y: Sequence[float], level: float) -> float | None:
+    """The x (log-interpolated) where y first reaches ``level``; None if it never does."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    for i in range(len(x)):
+        if y[i] >= level:
+            if i == 0:
+                return float(x[0])
+            f = (level - y[i - 1]) / (y[i] - y[i - 1])
+            return float(np.exp(np.log(x[i - 1]) + f * (np.log(x[i]) - np.log(x[i - 1]))))
+    return None

@@ -1,0 +1,290 @@
+"""Matplotlib figures of lastmile runs and sweeps, readable without the code.
+
+Every figure takes data (a ``Result`` or a sweep DataFrame) and returns a ``Figure``; one
+palette gives each latency category the same colour in every figure (compute in blues and
+greens, queueing in grey, the last mile in oranges), so figures can be read side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+#: Category -> colour, in the one stacking order every figure uses (LLM and DiT categories merged).
+PALETTE = MappingProxyType({
+    "queue": "#b3b3b3",
+    "schedule": "#8c6bb1",
+    "text_encode": "#c6dbef",
+    "prefill": "#6baed6",
+    "denoise": "#3182bd",
+    "decode": "#08519c",
+    "comm": "#41ab5d",
+    "bubble": "#c7e9c0",
+    "vae": "#756bb1",
+    "d2h": "#fdd0a2",
+    "detokenize": "#fd8d3c",
+    "encode": "#e6550d",
+    "stream": "#a63603",
+    "deliver": "#7f2704",
+})
+LAST_MILE = frozenset({"d2h", "detokenize", "stream", "encode", "deliver"})
+OTHER = "#d9d9d9"
+#: Line colours for series that are not latency categories (strategies, placements, ...).
+SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _figure(width: float = 8.0, height: float = 4.5, ncols: int = 1, sharey: bool = False):
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), sharey=sharey, layout="constrained")
+    return fig, axes
+
+
+def save(fig: Figure, path, dpi: int = 110) -> None:
+    """Write a PNG and free the figure (figures are not kept in pyplot's global registry)."""
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    plt.close(fig)
+
+
+def categories_in(columns: Sequence[str], prefix: str = "breakdown_share.") -> list[str]:
+    """The latency categories present in a sweep frame, in the palette's fixed order."""
+    present = {c[len(prefix):] for c in columns if c.startswith(prefix)}
+    return [c for c in PALETTE if c in present]
+
+
+def breakdown_bars(rows: pd.DataFrame, label: str, title: str, absolute: bool = False,
+                   xlabel: str | None = None) -> Figure:
+    """Stacked bars of the latency breakdown, one bar per row, last mile stacked on top and annotated.
+
+    ``absolute`` scales the shares by each row's mean latency (ms per request); otherwise percent.
+    """
+    cats = categories_in(rows.columns)
+    compute = [c for c in cats if c not in LAST_MILE]
+    order = compute + [c for c in cats if c in LAST_MILE]
+    if absolute:
+        mean_ms = rows["e2e_ms.mean"] if "e2e_ms.mean" in rows else rows["latency_s.mean"] * 1e3
+        scale = np.asarray(mean_ms, dtype=float)
+        ylabel = "mean latency per request (ms)"
+    else:
+        scale = np.full(len(rows), 100.0)
+        ylabel = "share of end-to-end latency (%)"
+    fig, ax = _figure(max(6.0, 0.9 * len(rows) + 3), 4.8)
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    for c in order:
+        h = rows[f"breakdown_share.{c}"].to_numpy(dtype=float) * scale
+        ax.bar(x, h, bottom=bottom, color=PALETTE[c], label=c, width=0.7, edgecolor="white", linewidth=0.5,
+               hatch="//" if c in LAST_MILE else None)
+        bottom += h
+    share = rows[[f"breakdown_share.{c}" for c in cats if c in LAST_MILE]].sum(axis=1).to_numpy()
+    for xi, top, s in zip(x, bottom, share):
+        ax.annotate(f"last mile\n{100 * s:.1f}%", (xi, top), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(x, [str(v) for v in rows[label]], rotation=20 if len(rows) > 6 else 0)
+    ax.set_xlabel(xlabel or label)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, bottom.max() * 1.18 if len(bottom) else 1)
+    ax.set_title(title)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], title="category (hatched = last mile)", fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def itl_samples(result) -> tuple[np.ndarray, str]:
+    """Per-gap inter-token latencies (s) if the result carries them, else per-request TPOT, with a label."""
+    samples = getattr(result, "itl", None)
+    if samples is not None:
+        return np.asarray(samples, dtype=float), "inter-token latency (ms)"
+    if "itl" in result.requests:
+        return result.requests["itl"].to_numpy(dtype=float), "inter-token latency (ms)"
+    tpot = result.requests["tpot"].to_numpy(dtype=float)
+    return tpot, "time per output token, per request (ms)"
+
+
+def _cdf(ax, values: np.ndarray, label: str, color: str) -> None:
+    v = np.sort(values[np.isfinite(values)])
+    if len(v):
+        ax.step(v * 1e3, np.arange(1, len(v) + 1) / len(v), where="post", label=label, color=color, lw=1.6)
+
+
+def latency_cdfs(results: Mapping[str, object], title: str) -> Figure:
+    """CDFs of TTFT and of inter-token latency for several runs (one line each)."""
+    fig, (a, b) = _figure(10.5, 4.2, ncols=2)
+    xlabel = "inter-token latency (ms)"
+    for i, (label, res) in enumerate(results.items()):
+        color = SERIES[i % len(SERIES)]
+        _cdf(a, res.requests["ttft"].to_numpy(dtype=float), label, color)
+        samples, xlabel = itl_samples(res)
+        _cdf(b, samples, label, color)
+    a.set_xlabel("time to first token (ms)")
+    b.set_xlabel(xlabel)
+    for ax in (a, b):
+        ax.set_ylabel("fraction of requests" if ax is a or "per request" in xlabel else "fraction of gaps")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    a.set_xscale("log")
+    b.set_xscale("log")
+    b.legend(fontsize=8, loc="lower right")
+    fig.suptitle(title)
+    return fig
+
+
+def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabel: str, ylabel: str,
+          logx: bool = False, logy: bool = False, percent: bool = False, threshold: float | None = None,
+          threshold_label: str | None = None, ax=None) -> Figure:
+    """One line per ``hue`` value of ``y`` against ``x``; failed points (status != ok) are left out."""
+    fig, ax = _figure(7.5, 4.5) if ax is None else (ax.figure, ax)
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    groups = ok.groupby(hue, sort=False) if hue else [(None, ok)]
+    scale = 100.0 if percent else 1.0
+    for i, (name, g) in enumerate(groups):
+        g = g.sort_values(x)
+        ax.plot(g[x], g[y] * scale, marker=MARKERS[i % len(MARKERS)], color=SERIES[i % len(SERIES)],
+                label=str(name) if hue else None, lw=1.6, ms=5)
+    if threshold is not None:
+        ax.axhline(threshold * scale, color="black", ls="--", lw=1, label=threshold_label)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(ok[x].unique())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if hue or threshold_label:
+        ax.legend(title=hue if hue and "." not in hue else (hue.split(".")[-1] if hue else None), fontsize=8)
+    return fig
+
+
+def last_mile_vs_concurrency(rows: pd.DataFrame, title: str, hue: str = "serving.detokenizer",
+                             x: str = "workload.concurrency", y: str = "itl_last_mile_share",
+                             threshold: float = 0.2) -> Figure:
+    """Last-mile share of inter-token latency against concurrency, one line per placement."""
+    return lines(rows, x, y, hue, title, "concurrent requests (closed loop)", "last mile share of ITL (%)",
+                 logx=True, percent=True, threshold=threshold, threshold_label=f"{100 * threshold:.0f}% line")
+
+
+def _span_colour(track: str, name: str, category: str) -> str:
+    if category in PALETTE:
+        return PALETTE[category]
+    word = name.split()[0] if name else ""
+    if word in PALETTE:
+        return PALETTE[word]
+    if track.startswith("link:"):
+        return PALETTE["comm"] if "nvlink" in track else PALETTE["d2h"]
+    return OTHER
+
+
+def _track_key(track: str) -> tuple:
+    kind = 0 if track.startswith("gpu") else 1 if track.startswith("link") else 2
+    nums = [int(n) for n in re.findall(r"\d+", track)]
+    return (kind, nums, track)
+
+
+def timeline(result, title: str, window: tuple[float, float] | None = None, max_tracks: int = 12) -> Figure:
+    """Gantt chart of GPU, link and CPU tracks over a time window (s), coloured by category."""
+    sp = result.spans
+    if window is None:
+        t0 = float(sp["start"].min())
+        window = (t0, t0 + min(0.1, float(sp["end"].max()) - t0))
+    lo, hi = window
+    sp = sp[(sp["end"] > lo) & (sp["start"] < hi)]
+    tracks = sorted(sp["track"].unique(), key=_track_key)[:max_tracks]
+    fig, ax = _figure(11, 0.45 * len(tracks) + 1.8)
+    used = {}
+    for i, tr in enumerate(tracks):
+        s = sp[sp["track"] == tr]
+        colours = [_span_colour(tr, n, c) for n, c in zip(s["name"], s["category"])]
+        starts = (np.maximum(s["start"].to_numpy(), lo) - lo) * 1e3
+        widths = (np.minimum(s["end"].to_numpy(), hi) - lo) * 1e3 - starts
+        ax.broken_barh(list(zip(starts, np.maximum(widths, 0.02))), (i - 0.38, 0.76), facecolors=colours,
+                       edgecolor="none")
+        for n, c, col in zip(s["name"], s["category"], colours):
+            key = c if c in PALETTE else (n.split()[0] if n.split() and n.split()[0] in PALETTE else
+                                          ("link" if tr.startswith("link") else "other"))
+            used.setdefault(key, col)
+    ax.set_yticks(range(len(tracks)), tracks)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (hi - lo) * 1e3)
+    ax.set_xlabel(f"time since t = {lo:.3f} s (ms)")
+    ax.set_title(title)
+    order = [k for k in PALETTE if k in used] + [k for k in used if k not in PALETTE]
+    ax.legend([Patch(color=used[k]) for k in order], order, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def dit_pipeline(result, title: str, request: int = 0, steps: int | None = 3) -> Figure:
+    """PipeFusion diagram: each stage (GPU) a row, each patch a coloured box, over the first denoising steps."""
+    sp = result.spans
+    pat = re.compile(rf"^r{request} s(\d+) p(\d+)$")
+    m = sp["name"].str.extract(pat)
+    sp = sp.assign(step=pd.to_numeric(m[0]), patch=pd.to_numeric(m[1])).dropna(subset=["step"])
+    if steps is not None:
+        sp = sp[sp["step"] < steps]
+    gpus = sorted(sp["track"].unique(), key=_track_key)
+    n_patch = int(sp["patch"].max()) + 1 if len(sp) else 1
+    cmap = plt.get_cmap("tab10" if n_patch <= 10 else "tab20")
+    t0 = float(sp["start"].min()) if len(sp) else 0.0
+    fig, ax = _figure(11, 0.5 * len(gpus) + 2)
+    for i, g in enumerate(gpus):
+        s = sp[sp["track"] == g]
+        starts = (s["start"].to_numpy() - t0) * 1e3
+        widths = (s["end"].to_numpy() - s["start"].to_numpy()) * 1e3
+        cols = [cmap(int(p) % cmap.N) for p in s["patch"]]
+        ax.broken_barh(list(zip(starts, widths)), (i - 0.4, 0.8), facecolors=cols, edgecolor="white", linewidth=0.3)
+    for step, g in sp.groupby("step"):
+        ax.axvline((g["start"].min() - t0) * 1e3, color="black", lw=0.6, ls=":")
+        ax.text((g["start"].min() - t0) * 1e3, -0.7, f"step {int(step)}", fontsize=8, va="bottom")
+    ax.set_yticks(range(len(gpus)), [f"stage {i} ({g})" for i, g in enumerate(gpus)])
+    ax.set_ylim(len(gpus) - 0.5, -1.0)
+    ax.set_xlabel("time since the first denoising step (ms)")
+    ax.set_title(title)
+    ax.legend([Patch(color=cmap(p % cmap.N)) for p in range(n_patch)], [f"patch {p}" for p in range(n_patch)],
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), title="white gaps = bubbles")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def latency_vs_gpus(rows: pd.DataFrame, title: str, link_col: str = "link", strategy_col: str = "strategy",
+                    x: str = "gpus", y: str = "latency_s.p50") -> Figure:
+    """Latency against GPU count, one line per strategy, one panel per interconnect; OOM points marked ×."""
+    links = list(dict.fromkeys(rows[link_col]))
+    fig, axes = _figure(5.2 * len(links) + 1.5, 4.5, ncols=len(links), sharey=True)
+    axes = np.atleast_1d(axes)
+    strategies = list(dict.fromkeys(rows[strategy_col]))
+    for ax, link in zip(axes, links):
+        sub = rows[rows[link_col] == link]
+        for i, st in enumerate(strategies):
+            g = sub[sub[strategy_col] == st].sort_values(x)
+            ok = g[g["status"] == "ok"]
+            ax.plot(ok[x], ok[y], marker=MARKERS[i % len(MARKERS)], color=SERIES[i % len(SERIES)], label=st, lw=1.6)
+            bad = g[g["status"] != "ok"]
+            if len(bad) and len(ok):
+                ax.scatter(bad[x], [ok[y].max()] * len(bad), marker="x", color=SERIES[i % len(SERIES)], s=50)
+        ax.set_xscale("log", base=2)
+        ticks = sorted(sub[x].unique())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs")
+        ax.set_title(str(link))
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("image latency p50 (s)")
+    axes[-1].legend(title="strategy (× = infeasible)", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.suptitle(title)
+    return fig

@@ -1,0 +1,290 @@
+"""The validation suite: run every published-measurement family and compare predicted with measured.
+
+A family is one YAML file in ``scenarios/validation/``: ``family``, ``title``, ``source``,
+``metric``, ``notes``, a ``base`` scenario and ``cases`` of ``{case, set, measured, note}``,
+where ``set`` holds dotted overrides of the base and ``measured`` is a number (for the
+family's metric), a mapping of metric to number (several metrics per case), or ``oom`` (the
+measurement ran out of memory). The measured figures live in the files, so validation needs
+nothing outside the repository at run time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .errors import ConfigError
+
+ROW_COLUMNS = ["family", "case", "metric", "predicted", "measured", "error_pct", "note"]
+TARGET_MEDIAN_PCT = 10.0
+TARGET_MAX_PCT = 25.0
+MARK_START = "<!-- fidelity:start -->"
+MARK_END = "<!-- fidelity:end -->"
+
+# metric name -> (path into the run summary, unit shown in tables)
+METRICS: dict[str, tuple[tuple[str, ...], str]] = {
+    "tpot_ms": (("tpot_ms", "mean"), "ms"),
+    "ttft_ms": (("ttft_ms", "mean"), "ms"),
+    "itl_ms": (("itl_ms", "mean"), "ms"),
+    "e2e_ms": (("e2e_ms", "mean"), "ms"),
+    "output_tokens_per_s": (("throughput", "output_tokens_per_s"), "tok/s"),
+    "latency_s": (("latency_s", "p50"), "s"),
+    "encode_s": ((), "s"),
+}
+
+
+def default_directory() -> Path:
+    """``scenarios/validation`` of the source tree this package lives in, else of the working directory."""
+    here = Path(__file__).resolve().parents[1] / "scenarios" / "validation"
+    return here if here.is_dir() else Path.cwd() / "scenarios" / "validation"
+
+
+@dataclass
+class Case:
+    """One measured row: overrides of the family's base scenario and the measured figure(s)."""
+
+    name: str
+    overrides: dict
+    measured: Any
+    note: str = ""
+
+
+@dataclass
+class Family:
+    """One published-measurement family, as read from its YAML file."""
+
+    name: str
+    title: str
+    source: str
+    metric: str
+    notes: str
+    kind: str
+    base: dict
+    cases: list[Case] = field(default_factory=list)
+    path: str = ""
+
+
+def _require(doc: dict, key: str, path: Path, types) -> Any:
+    if key not in doc:
+        raise ConfigError(f"required key is missing", file=str(path), path=key)
+    if not isinstance(doc[key], types):
+        raise ConfigError(f"expected {getattr(types, '__name__', types)}, got {doc[key]!r}", file=str(path), path=key)
+    return doc[key]
+
+
+def load_family(path: str | Path) -> Family:
+    """Read and check one family file; errors name the file and the key."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read validation family ({str(exc).splitlines()[0]})", file=str(p)) from None
+    if not isinstance(doc, dict):
+        raise ConfigError("a validation family must be a YAML mapping", file=str(p))
+    kind = doc.get("kind", "simulate")
+    if kind not in ("simulate", "image_encode"):
+        raise ConfigError(f"kind {kind!r} is not one of simulate, image_encode", file=str(p), path="kind")
+    metric = _require(doc, "metric", p, str)
+    if metric != "mean" and metric not in METRICS:
+        raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}", file=str(p), path="metric")
+    fam = Family(name=_require(doc, "family", p, str), title=doc.get("title", ""), source=_require(doc, "source", p, str),
+                 metric=metric, notes=doc.get("notes", ""), kind=kind, base=doc.get("base") or {}, path=str(p))
+    for i, row in enumerate(_require(doc, "cases", p, list)):
+        where = f"cases[{i}]"
+        if not isinstance(row, dict) or "measured" not in row or "case" not in row:
+            raise ConfigError("a case needs 'case' and 'measured'", file=str(p), path=where)
+        measured = row["measured"]
+        if isinstance(measured, dict):
+            bad = [m for m in measured if m not in METRICS]
+            if bad:
+                raise ConfigError(f"unknown metric {bad[0]!r}", file=str(p), path=f"{where}.measured")
+        elif not (isinstance(measured, (int, float)) or str(measured).lower() == "oom"):
+            raise ConfigError(f"measured must be a number, a mapping or 'oom', got {measured!r}",
+                              file=str(p), path=f"{where}.measured")
+        fam.cases.append(Case(str(row["case"]), dict(row.get("set") or {}), measured, str(row.get("note", ""))))
+    return fam
+
+
+def discover(directory: str | Path | None = None) -> list[Family]:
+    """Every family file in ``directory`` (default: ``scenarios/validation``), sorted by name."""
+    d = Path(directory) if directory else default_directory()
+    if not d.is_dir():
+        raise ConfigError("validation directory does not exist", file=str(d))
+    return [load_family(p) for p in sorted(d.glob("*.yaml"))]
+
+
+def _lookup(summary: dict, path: tuple[str, ...]) -> float:
+    node: Any = summary
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return float(node) if node is not None else math.nan
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    """Signed error of a prediction, percent of the measurement."""
+    if not (np.isfinite(predicted) and np.isfinite(measured)) or measured == 0:
+        return math.nan
+    return 100.0 * (predicted - measured) / measured
+
+
+def _scenario(base: dict, overrides: dict) -> tuple[dict, dict]:
+    """Split overrides: plain keys go into the scenario; dotted keys are passed as overrides."""
+    raw = yaml.safe_load(yaml.safe_dump(base))
+    dotted = {}
+    for k, v in overrides.items():
+        if "." in k:
+            dotted[k] = v
+        elif isinstance(v, dict) and isinstance(raw.get(k), dict):
+            raw[k] = {**raw[k], **v}
+        else:
+            raw[k] = v
+    return raw, dotted
+
+
+def _simulate_case(fam: Family, case: Case) -> list[dict]:
+    from .api import run
+
+    raw, dotted = _scenario(fam.base, case.overrides)
+    try:
+        result = run(raw, dotted)
+    except ConfigError as exc:
+        raise ConfigError(f"case {case.name!r}: {exc.message}", file=fam.path, path=exc.path) from None
+    s = result.summary
+    if isinstance(case.measured, str):  # measured OOM
+        got_oom = s.get("status") == "oom"
+        return [dict(metric=fam.metric, predicted=math.nan, measured=math.nan,
+                     error_pct=0.0 if got_oom else math.inf,
+                     note="OOM measured and predicted" if got_oom else "OOM measured, simulator fits")]
+    if s.get("status") == "oom":
+        return [dict(metric=fam.metric, predicted=math.nan, measured=float(case.measured), error_pct=math.inf,
+                     note="simulator predicts OOM")]
+    measured = case.measured if isinstance(case.measured, dict) else {fam.metric: case.measured}
+    out = []
+    for metric, value in measured.items():
+        pred = _lookup(s, METRICS[metric][0])
+        out.append(dict(metric=metric, predicted=pred, measured=float(value), error_pct=error_pct(pred, float(value)),
+                        note=case.note))
+    return out
+
+
+def _image_case(fam: Family, case: Case) -> list[dict]:
+    from .config.dit_models import image_codecs
+
+    o = case.overrides
+    try:
+        cost = image_codecs().cost(o.get("format", "png"), o.get("compress_level"))
+        pred = float(o["width"]) * float(o["height"]) * cost.seconds_per_pixel
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"case {case.name!r}: needs format, compress_level, width, height ({exc})",
+                          file=fam.path) from None
+    return [dict(metric=fam.metric, predicted=pred, measured=float(case.measured),
+                 error_pct=error_pct(pred, float(case.measured)), note=case.note)]
+
+
+def run_family(fam: Family) -> list[dict]:
+    """Predicted vs measured rows of one family."""
+    rows = []
+    for case in fam.cases:
+        fn = _image_case if fam.kind == "image_encode" else _simulate_case
+        for r in fn(fam, case):
+            rows.append({"family": fam.name, "case": case.name, **r})
+    return rows
+
+
+def run_validation(families: Iterable[str] | None = None, directory: str | Path | None = None) -> pd.DataFrame:
+    """Run the named families (all if None); one row per case and metric, ``error_pct`` signed."""
+    found = discover(directory)
+    if families:
+        wanted = list(families)
+        known = {f.name for f in found}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise ConfigError(f"unknown validation family {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        found = [f for f in found if f.name in wanted]
+    rows = [r for fam in found for r in run_family(fam)]
+    return pd.DataFrame(rows, columns=ROW_COLUMNS)
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """Per family (and metric): rows, median and max |error| %, and whether the targets are met."""
+    out = []
+    for (fam, metric), g in table.groupby(["family", "metric"], sort=False):
+        err = g["error_pct"].abs().to_numpy(dtype=float)
+        med = float(np.nanmedian(err)) if np.isfinite(err).any() or np.isinf(err).any() else math.nan
+        mx = float(np.nanmax(err)) if len(err) and not np.isnan(err).all() else math.nan
+        out.append({"family": fam, "metric": metric, "rows": len(g), "median_abs_pct": med, "max_abs_pct": mx,
+                    "meets_target": bool(med <= TARGET_MEDIAN_PCT and mx <= TARGET_MAX_PCT)})
+    return pd.DataFrame(out, columns=["family", "metric", "rows", "median_abs_pct", "max_abs_pct", "meets_target"])
+
+
+def _fmt(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if math.isinf(v):
+        return "inf"
+    a = abs(v)
+    return f"{v:.4g}" if a < 1000 else f"{v:,.0f}"
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """Plain-text table: every row, then each family's median and max |error|."""
+    lines = [f"{'family':<24} {'case':<44} {'metric':<20} {'predicted':>10} {'measured':>10} {'error':>8}"]
+    for r in table.itertuples():
+        err = "-" if math.isnan(r.error_pct) else ("OOM?" if math.isinf(r.error_pct) else f"{r.error_pct:+.1f}%")
+        lines.append(f"{r.family:<24} {r.case[:44]:<44} {r.metric:<20} {_fmt(r.predicted):>10} "
+                     f"{_fmt(r.measured):>10} {err:>8}")
+    lines.append("")
+    lines.append(f"{'family':<24} {'metric':<20} {'rows':>4} {'median|err|':>12} {'max|err|':>10}  target "
+                 f"(median <= {TARGET_MEDIAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%)")
+    for r in summarize(table).itertuples():
+        lines.append(f"{r.family:<24} {r.metric:<20} {r.rows:>4} {_fmt(r.median_abs_pct):>11}% "
+                     f"{_fmt(r.max_abs_pct):>9}%  {'met' if r.meets_target else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def fidelity_markdown(table: pd.DataFrame, directory: str | Path | None = None) -> str:
+    """The README's fidelity section: per-family summary, per-row table and each family's notes."""
+    fams = {f.name: f for f in discover(directory)}
+    s = summarize(table)
+    lines = ["Generated by `lastmile validate --write-readme README.md`; do not edit by hand.", "",
+             f"Targets: median |error| <= {TARGET_MEDIAN_PCT:g}% per family, no row beyond {TARGET_MAX_PCT:g}%.", "",
+             "| family | metric | rows | median abs error | max abs error | target |",
+             "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in s.itertuples():
+        lines.append(f"| {r.family} | {r.metric} | {r.rows} | {_fmt(r.median_abs_pct)}% | {_fmt(r.max_abs_pct)}% | "
+                     f"{'met' if r.meets_target else 'missed'} |")
+    for name, g in table.groupby("family", sort=False):
+        fam = fams.get(name)
+        lines += ["", f"**{fam.title if fam else name}** — source: {fam.source if fam else '?'}", ""]
+        if fam and fam.notes:
+            lines += [" ".join(str(fam.notes).split()), ""]
+        lines += ["| case | metric | predicted | measured | error |", "| --- | --- | ---: | ---: | ---: |"]
+        for r in g.itertuples():
+            err = "-" if math.isnan(r.error_pct) else ("OOM mismatch" if math.isinf(r.error_pct)
+                                                       else f"{r.error_pct:+.1f}%")
+            pred = "OOM" if (r.note or "").startswith("OOM measured and") else _fmt(r.predicted)
+            meas = "OOM" if (r.note or "").startswith("OOM") else _fmt(r.measured)
+            lines.append(f"| {r.case} | {r.metric} | {pred} | {meas} | {err} |")
+    return "\n".join(lines)
+
+
+def rewrite_readme(path: str | Path, block: str) -> None:
+    """Replace the text between the fidelity markers of ``path``; append a section with them if absent."""
+    p = Path(path)
+    text = p.read_text() if p.is_file() else ""
+    new = f"{MARK_START}\n{block}\n{MARK_END}"
+    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _m: new, text, count=1)
+    elif MARK_START in text or MARK_END in text:
+        raise ConfigError("has only one of the fidelity markers; put both or neither", file=str(p))
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + "## Fidelity\n\n" + new + "\n"
+    p.write_text(text)

@@ -1,0 +1,78 @@
+"""Closed-form checks of the GPU and CPU models."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config.loader import load_scenario
+from simulator.hardware.cpu import CorePool, CPUProcess, SerialChannel
+from simulator.hardware.gpu import GPU
+from simulator.workloads.ops import Op
+
+
+@pytest.fixture
+def a100() -> GPU:
+    return GPU.from_spec(load_scenario({"hardware": {"gpu": "a100-sxm-80g"}}).hardware.gpu)
+
+
+def test_memory_bound_op_is_bytes_over_bandwidth(a100):
+    op = Op("copy", flops=1.0, bytes=1.7e9)
+    assert a100.op_time(op) == pytest.approx(1.7e9 / (2039e9 * 0.834) + a100.kernel_overhead, rel=1e-12)
+
+
+def test_compute_bound_op_is_flops_over_achievable(a100):
+    op = Op("softmax-ish", flops=312e12, bytes=1.0)
+    assert a100.op_time(op) == pytest.approx(1.0 / 0.869 + a100.kernel_overhead, rel=1e-12)
+
+
+def test_count_repeats_the_kernel(a100):
+    op = Op("x", flops=0.0, bytes=1e6)
+    assert a100.op_time(Op("x", flops=0.0, bytes=1e6, count=5)) == pytest.approx(5 * a100.op_time(op))
+
+
+def test_large_gemm_runs_at_full_waves(a100):
+    # 108 x 16 tiles of 128x128 fill exactly 16 waves on 108 SMs: no quantization loss.
+    m, n, k = 128 * 108, 128 * 16, 8192
+    flops = 2.0 * m * n * k
+    eff, waves = a100.wave_efficiency(m, n, k)
+    assert (eff, waves) == (1.0, 16)
+    t = a100.op_time(Op("gemm", flops, bytes=1.0, gemm=(m, n, k)))
+    compute = flops / (312e12 * 0.869)
+    assert t == pytest.approx(compute + (1.0 / a100.bandwidth) / waves + a100.kernel_overhead, rel=1e-9)
+
+
+def test_one_extra_tile_costs_a_wave(a100):
+    eff, waves = a100.wave_efficiency(128 * 109, 128, 4096)
+    assert waves == 2 and eff == pytest.approx(109 / 216)
+
+
+def test_cuda_graphs_launch_once(a100):
+    assert a100.launch_time(300, cuda_graphs=True) == a100.launch_overhead
+    assert a100.launch_time(300, cuda_graphs=False) == pytest.approx(300 * a100.launch_overhead)
+
+
+def test_cpu_process_runs_tasks_one_at_a_time():
+    proc = CPUProcess("engine", CorePool(4))
+    log = [proc.submit(0.0, 2.0), proc.submit(1.0, 1.0), proc.submit(5.0, 1.0)]
+    assert log == [(0.0, 2.0), (2.0, 3.0), (5.0, 6.0)]
+    assert proc.busy == 4.0
+
+
+def test_processes_share_a_single_core():
+    pool = CorePool(1)
+    a, b = CPUProcess("a", pool), CPUProcess("b", pool)
+    assert a.submit(0.0, 1.0) == (0.0, 1.0)
+    assert b.submit(0.5, 1.0) == (1.0, 2.0)     # waits for the only core
+
+
+def test_processes_on_enough_cores_run_in_parallel():
+    pool = CorePool(2)
+    a, b = CPUProcess("a", pool), CPUProcess("b", pool)
+    assert a.submit(0.0, 1.0) == (0.0, 1.0)
+    assert b.submit(0.5, 1.0) == (0.5, 1.5)
+
+
+def test_serial_channel_is_fifo():
+    ch = SerialChannel("d2h")
+    assert ch.submit(0.0, 1.0) == (0.0, 1.0)
+    assert ch.submit(0.5, 1.0) == (1.0, 2.0)
