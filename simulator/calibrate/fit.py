@@ -219,7 +219,7 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
 
 
 def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", max_iter: int = 25,
-        tol: float = 1e-7, params: tuple[Param, ...] = PARAMS,
+        tol: float = 1e-6, params: tuple[Param, ...] = PARAMS,
         progress: Callable[[str], None] | None = None) -> FitResult:
     """Bounded Levenberg-Marquardt on relative residuals; returns the fitted values and residuals."""
     start = base_values(hardware, cpu)
@@ -278,7 +278,7 @@ def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", 
         history.append(cost)
         if progress:
             progress(f"iteration {it}: sum of squared relative residuals {cost:.3e}")
-        if not improved or rel < tol or cost < 1e-14:
+        if not improved or rel < tol or cost < 1e-12:
             break
     vals = values_of(x)
     return FitResult(values={p.name: vals[p.name] for p in params}, start={p.name: start[p.name] for p in params},

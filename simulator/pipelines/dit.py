@@ -37,7 +37,7 @@ from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
 from ..workloads.ops import Op
 from .dit_arrivals import open_loop_arrivals
-from .dit_cost import DiTCost
+from .dit_cost import DiTCost, eager_ops
 
 CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
               "deliver")
@@ -143,14 +143,22 @@ class DiTModel:
         ops = W.stage_ops(arch, l0, l1, q, S, b, self.sc.dtype, lay.tensor)
         bw, lat = self.link.bandwidth, self.link.latency
         comm = comm_bytes = 0.0
-        extra_kernels = 0
+        # ops the Python process dispatches for this task (eager mode; see dit_cost)
+        cpu_ops = sum(eager_ops("ops_per_block", arch.layer_kind(i)) for i in range(l0, l1))
+        if l0 == 0:
+            cpu_ops += eager_ops("ops_per_forward")
+        if l1 == arch.num_layers:
+            cpu_ops += eager_ops("ops_per_step")
+        if lay.pp > 1:  # receive this patch's input, send its output
+            cpu_ops += 2 * eager_ops("ops_per_p2p")
+        coll = eager_ops("ops_per_collective")
         inner = arch.inner // lay.tensor
         if lay.ulysses > 1:  # all-to-all of Q, K, V before attention and O after, per layer
             u = lay.ulysses
             nb = b * q * inner * ab
             comm += n_layers * 4 * alltoall_time(nb, u, bw, lat)
             comm_bytes += n_layers * 4 * nb * (u - 1) / u
-            extra_kernels += n_layers * 4
+            cpu_ops += n_layers * 4 * coll
         if lay.ring > 1:  # r-1 K/V passes per layer overlapped with the chunked attention
             r = lay.ring
             attn = [op for op in ops if op.name in ("self_attn", "joint_attn")]
@@ -158,19 +166,28 @@ class DiTModel:
             chunk = 2 * b * q * inner // lay.ulysses * ab
             comm += n_layers * (r - 1) * max(0.0, p2p_time(chunk, bw, lat) - attn_layer / r)
             comm_bytes += n_layers * (r - 1) * chunk
-            ops = ops + [Op("ring_merge", 5.0 * b * q * inner, 3.0 * b * q * inner * ab,
-                            count=n_layers * (r - 1))]
-            # per extra pass: an attention call, the output/LSE merge (~6 element-wise ops),
-            # and a send + receive
-            extra_kernels += n_layers * (r - 1) * 9
+            # yunchang/ring-flash-attention _update_out_and_lse after each pass, in FP32: the
+            # block output cast (read 2 B, write 4 B), out - block_out (8 R, 4 W), the sigmoid
+            # scaling (4 R, 4 W), the final subtraction (8 R, 4 W): ~38 bytes per element
+            elems = b * q * inner // lay.ulysses
+            ops = ops + [Op("ring_merge", 5.0 * elems, 38.0 * elems, count=n_layers * (r - 1))]
+            cpu_ops += n_layers * r * eager_ops("ops_per_ring_pass")
         if lay.tensor > 1:  # all-reduce after attention, (cross-attention), MLP
             t = lay.tensor
             per_block = 3 if arch.text_mode == "cross" else 2
             nb = b * q * arch.hidden * ab
             comm += n_layers * per_block * ring_allreduce_time(nb, t, bw, lat)
             comm_bytes += n_layers * per_block * 2 * (t - 1) / t * nb
-            extra_kernels += n_layers * per_block
-        compute = self.cost.time(ops, extra_kernels)
+            cpu_ops += n_layers * per_block * coll
+        if lay.distri > 1:
+            cpu_ops += n_layers * eager_ops("distrifusion_ops_per_layer")
+            # legacy patch_parallel/attn.py: every self-attention layer torch.cat()s the n
+            # stale K/V buffers into one full-image K/V before attention: read + write it all
+            kv_full = 2 * b * S * arch.inner * ab
+            ops = ops + [Op("kv_concat", 0.0, 2.0 * kv_full, count=n_layers)]
+        if lay.cfg > 1 and l1 == arch.num_layers:
+            cpu_ops += coll
+        compute = self.cost.task_time(ops, cpu_ops)
         if lay.distri > 1:  # async all-gather of every layer's K and V (stale next step)
             n = lay.distri
             nb = n_layers * 2 * b * S * arch.inner * ab

@@ -1,15 +1,28 @@
 """Time of DiT work on one GPU: the GPU roofline plus what it leaves out for diffusion shapes.
 
-Two mechanisms on top of :meth:`GPU.op_time`: the fused attention kernel runs at its own
-achievable fraction of peak with the head dimension padded to the kernel's tile (PixArt's
-72 runs as 96), and in eager mode (``hardware.cuda_graphs: false``, as the published
-PyTorch runs) a task cannot finish before the CPU has launched its kernels.
+Two mechanisms on top of :meth:`GPU.op_time`, with their figures in
+``simulator/config/catalog/kernels.yaml``:
+
+- **Attention** is a FlashAttention-2 forward: its two GEMMs per score tile run on the
+  tensor cores at the GEMM rate with the head dimension padded to the kernel's tile
+  (PixArt's 72 runs as 96), and the online softmax runs on the CUDA cores in FP32, not
+  overlapped with the GEMMs (Ampere/Ada). So the kernel's fraction of peak follows the chip's
+  tensor-to-FP32 ratio: ~61% of peak on an A100 (16x), ~76% on an L20 (2x).
+- **Eager mode** (``hardware.cuda_graphs: false``, as the published PyTorch runs): the CPU
+  dispatches every PyTorch op from Python at ``launch_overhead`` each, and a task cannot end
+  before its ops were issued. The op counts are a census of the code the published runs
+  executed (diffusers blocks, pipeline loop, scheduler, collectives); small per-GPU shares
+  (8 GPUs at 1024², many PipeFusion patches) become CPU-bound.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+
+import yaml
 
 from ..hardware.gpu import GPU
 from ..workloads.ops import Op
@@ -17,22 +30,53 @@ from ..workloads.ops import Op
 _ATTN_NAMES = ("self_attn", "cross_attn", "joint_attn")
 
 
+@lru_cache(maxsize=1)
+def kernel_catalog() -> dict:
+    """``simulator/config/catalog/kernels.yaml`` (sourced kernel and eager-PyTorch figures)."""
+    text = (resources.files("simulator.config") / "catalog" / "kernels.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def eager_ops(key: str, kind: str | None = None) -> int:
+    """Ops dispatched per unit of work (``ops_per_block`` needs the block ``kind``)."""
+    e = kernel_catalog()["eager_pytorch"]
+    return int(e[key][kind] if kind is not None else e[key])
+
+
+def _softmax_flops() -> float:
+    return float(kernel_catalog()["flash_attention"]["nonmatmul_flops_per_score"])
+
+
 @dataclass
 class DiTCost:
-    """Times lists of ops for one model on one GPU type, memoized by the caller's key."""
+    """Times lists of ops for one model on one GPU type, memoized by the caller's key.
+
+    ``attention_efficiency`` is only used when ``softmax_flops`` is set to 0 (a flat fraction
+    of peak for the fused attention instead of the GEMM + FP32-softmax model).
+    """
 
     gpu: GPU
     head_dim: int
     attention_efficiency: float
     head_dim_multiple: int
     eager: bool
+    softmax_flops: float = field(default_factory=_softmax_flops)
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
+    def padded_head_dim(self) -> int:
+        return math.ceil(self.head_dim / self.head_dim_multiple) * self.head_dim_multiple
+
+    @property
     def attention_scale(self) -> float:
-        """FLOP inflation of attention: GEMM efficiency over (attention efficiency x padding)."""
-        padded = math.ceil(self.head_dim / self.head_dim_multiple) * self.head_dim_multiple
-        return self.gpu.matmul_eff / self.attention_efficiency * padded / self.head_dim
+        """FLOP inflation of attention relative to a GEMM of the same FLOPs on this GPU."""
+        pad = self.padded_head_dim / self.head_dim
+        if not self.softmax_flops:
+            return self.gpu.matmul_eff / self.attention_efficiency * pad
+        rate = self.gpu.flops_rate("bf16")
+        fp32 = self.gpu.peak_flops.get("fp32") or self.gpu.peak_flops["bf16"] / 16
+        # per FLOP of 4·d per score: padded GEMM time + softmax time, in GEMM-FLOP units
+        return pad + self.softmax_flops / (4.0 * self.head_dim) * rate / fp32
 
     def _op(self, op: Op) -> Op:
         if op.gemm is None and op.name in _ATTN_NAMES:
@@ -51,6 +95,13 @@ class DiTCost:
         t = self.gpu_time(ops)
         if self.eager:
             t = max(t, (self.kernels(ops) + extra_kernels) * self.gpu.launch_overhead)
+        return t
+
+    def task_time(self, ops: list[Op], cpu_ops: int) -> float:
+        """Wall time of a task whose Python side dispatches ``cpu_ops`` ops (eager) or none."""
+        t = self.gpu_time(ops)
+        if self.eager:
+            t = max(t, cpu_ops * self.gpu.launch_overhead)
         return t
 
     def cached(self, key, build) -> float:

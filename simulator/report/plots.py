@@ -8,10 +8,12 @@ greens, queueing in grey, the last mile in oranges), so figures can be read side
 from __future__ import annotations
 
 import re
+import textwrap
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 
@@ -48,6 +50,12 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 def _figure(width: float = 8.0, height: float = 4.5, ncols: int = 1, sharey: bool = False):
     fig, axes = plt.subplots(1, ncols, figsize=(width, height), sharey=sharey, layout="constrained")
     return fig, axes
+
+
+def _wrap(text: str, fig: Figure, ax_fraction: float = 1.0) -> str:
+    """Wrap a title to the figure's width (about 11 characters per inch at the default font size)."""
+    width = int(fig.get_figwidth() * ax_fraction * 11)
+    return textwrap.fill(text, max(width, 30))
 
 
 def save(fig: Figure, path, dpi: int = 110) -> None:
@@ -90,11 +98,11 @@ def breakdown_bars(rows: pd.DataFrame, label: str, title: str, absolute: bool = 
     for xi, top, s in zip(x, bottom, share):
         ax.annotate(f"last mile\n{100 * s:.1f}%", (xi, top), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(x, [str(v) for v in rows[label]], rotation=20 if len(rows) > 6 else 0)
+    ax.set_xticks(x, [textwrap.fill(str(v), 14) for v in rows[label]], fontsize=8)
     ax.set_xlabel(xlabel or label)
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, bottom.max() * 1.18 if len(bottom) else 1)
-    ax.set_title(title)
+    ax.set_title(_wrap(title, fig, 0.75))
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], title="category (hatched = last mile)", fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -136,7 +144,7 @@ def latency_cdfs(results: Mapping[str, object], title: str) -> Figure:
     a.set_xscale("log")
     b.set_xscale("log")
     b.legend(fontsize=8, loc="lower right")
-    fig.suptitle(title)
+    fig.suptitle(_wrap(title, fig))
     return fig
 
 
@@ -163,7 +171,7 @@ def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabe
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(_wrap(title, fig))
     ax.grid(alpha=0.3)
     if hue or threshold_label:
         ax.legend(title=hue if hue and "." not in hue else (hue.split(".")[-1] if hue else None), fontsize=8)
@@ -221,7 +229,7 @@ def timeline(result, title: str, window: tuple[float, float] | None = None, max_
     ax.invert_yaxis()
     ax.set_xlim(0, (hi - lo) * 1e3)
     ax.set_xlabel(f"time since t = {lo:.3f} s (ms)")
-    ax.set_title(title)
+    ax.set_title(_wrap(title, fig, 0.8))
     order = [k for k in PALETTE if k in used] + [k for k in used if k not in PALETTE]
     ax.legend([Patch(color=used[k]) for k in order], order, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(axis="x", alpha=0.3)
@@ -253,7 +261,7 @@ def dit_pipeline(result, title: str, request: int = 0, steps: int | None = 3) ->
     ax.set_yticks(range(len(gpus)), [f"stage {i} ({g})" for i, g in enumerate(gpus)])
     ax.set_ylim(len(gpus) - 0.5, -1.0)
     ax.set_xlabel("time since the first denoising step (ms)")
-    ax.set_title(title)
+    ax.set_title(_wrap(title, fig, 0.8))
     ax.legend([Patch(color=cmap(p % cmap.N)) for p in range(n_patch)], [f"patch {p}" for p in range(n_patch)],
               fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), title="white gaps = bubbles")
     ax.grid(axis="x", alpha=0.3)
@@ -281,10 +289,13 @@ def latency_vs_gpus(rows: pd.DataFrame, title: str, link_col: str = "link", stra
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.set_xlabel("GPUs")
         ax.set_title(str(link))
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("image latency p50 (s)")
     axes[-1].legend(title="strategy (× = infeasible)", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.suptitle(title)
+    fig.suptitle(_wrap(title, fig))
     return fig

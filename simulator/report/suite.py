@@ -1,0 +1,272 @@
+"""The report suite: the experiments behind the notebooks' questions, written to ``results/``.
+
+``generate`` runs them (small and deterministic), writes ``summary.csv`` (long format, values
+rounded to a fixed number of significant digits so it is stable across platforms), the PNG
+figures and a README whose sentences are computed from the numbers. ``check`` regenerates into a
+temporary folder and reports any committed CSV that differs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import run
+from . import experiments as E
+from . import plots
+
+SIG_DIGITS = 5
+LLM_DESC = "Llama-3-8B on 1x H100 SXM, closed loop, 512-token prompts, 128-token outputs"
+#: The slower last mile of question 1: 10x the reference detokenize/output/stream costs (pure-Python detok).
+SLOW_LAST_MILE = ("detokenize_per_token", "output_per_request", "stream_per_chunk")
+SLOW_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of the suite's experiments: ``full`` for results/, ``quick`` for the determinism test."""
+
+    concurrency: tuple
+    remedy_concurrency: int
+    dit_gpus: tuple
+    dit_steps: int
+    slices: tuple
+    figures: bool
+
+
+FULL = Scale((1, 4, 16, 64, 256, 1024), 256, (1, 2, 4, 8), 20, (1, 2, 4, 8, 16, 32), True)
+QUICK = Scale((4, 64), 64, (1, 4), 4, (1, 8), False)
+
+
+def _sig(value) -> str:
+    """A number as text with SIG_DIGITS significant digits (platform-stable); other values as str."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "nan" if math.isnan(value) else str(value)
+        return f"{value:.{SIG_DIGITS}g}"
+    return str(value)
+
+
+def _long(df: pd.DataFrame, experiment: str, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """Tidy long rows: experiment, case (key=value;...), metric, value (rounded text)."""
+    rows = []
+    for _, r in df.iterrows():
+        case = ";".join(f"{k}={r[k]}" for k in keys)
+        for m in metrics:
+            if m in df.columns:
+                v = r[m]
+                rows.append({"experiment": experiment, "case": case, "metric": m,
+                             "value": _sig(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v))})
+    return pd.DataFrame(rows)
+
+
+def slow_cpu() -> dict:
+    """CPU overrides for the slow-last-mile variant."""
+    return E.cpu_slowdown(SLOW_FACTOR, SLOW_LAST_MILE)
+
+
+def run_experiments(scale: Scale) -> dict:
+    """Run every experiment of the suite; returns named DataFrames (and Results for the figures)."""
+    placements = {f"{name} · {cpu}": {**over, **extra}
+                  for cpu, extra in (("reference CPU", {}), (f"{SLOW_FACTOR}x slower detok", slow_cpu()))
+                  for name, over in E.PLACEMENTS.items()}
+    data = {"placements": E.llm_concurrency(scale.concurrency, placements)}
+    data["remedies"] = E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu())
+    data["dit"] = E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps})
+    data["token"] = E.token_pipeline(slices=scale.slices)
+    return data
+
+
+def summary_frame(data: dict) -> pd.DataFrame:
+    """The long-format summary of every experiment, in a fixed order."""
+    llm = ["status", "itl_last_mile_share", "last_mile_share", "itl_ms.p50", "itl_ms.p99", "ttft_ms.p50",
+           "ttft_ms.p99", "tpot_ms.mean", "throughput.output_tokens_per_s", "itl_stalls.p99_over_p50",
+           "itl_stalls.gaps_over_2x_median"]
+    parts = [
+        _long(data["placements"], "last_mile_vs_concurrency", ["setup", "concurrency"], llm),
+        _long(data["remedies"], "remedies", ["setup", "concurrency"],
+              llm + [f"breakdown_share.{c}" for c in plots.categories_in(data["remedies"].columns)]),
+        _long(data["dit"], "dit_strategies", ["link", "strategy", "gpus"],
+              ["status", "latency_s.p50", "last_mile_share", "breakdown_share.denoise", "breakdown_share.comm",
+               "breakdown_share.bubble", "breakdown_share.encode", "memory_per_gpu_gib"]),
+        _long(data["token"], "token_pipeline", ["workload", "slicing", "slices"],
+              ["status", "latency_s.p50", "bubble_fraction", "slice_cost_spread"]),
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _fmt_concurrency(c) -> str:
+    return "does not reach it in the swept range" if c is None else f"reaches it at concurrency {c}"
+
+
+def write_figures(data: dict, out: Path, scale: Scale) -> dict:
+    """Draw and save the report's figures; returns the sentences that go under each figure."""
+    text = {}
+    pl = data["placements"]
+    fig = plots.last_mile_vs_concurrency(pl, f"Where the last mile bites: {LLM_DESC}", hue="setup")
+    plots.save(fig, out / "last_mile_vs_concurrency.png")
+    cross = E.crossover(pl)
+    peak = pl.loc[pl["itl_last_mile_share"].idxmax()]
+    eng_slow = f"engine · {SLOW_FACTOR}x slower detok"
+    text["last_mile_vs_concurrency.png"] = (
+        f"Last-mile share of inter-token latency as closed-loop concurrency grows, per detokenizer placement. "
+        f"Against a 20% line, the engine-process detokenizer with reference CPU costs "
+        f"{_fmt_concurrency(cross.get('engine · reference CPU'))}; with a {SLOW_FACTOR}x slower detokenizer it "
+        f"{_fmt_concurrency(cross.get(eng_slow))}, peaking at {100 * peak['itl_last_mile_share']:.1f}% "
+        f"({peak['setup']}, concurrency {peak['concurrency']}). Moving detokenization out of the engine keeps the "
+        f"share below {100 * pl[~pl['setup'].str.startswith('engine')]['itl_last_mile_share'].max():.1f}% everywhere.")
+
+    rem = data["remedies"]
+    c = scale.remedy_concurrency
+    fig = plots.breakdown_bars(rem, "setup", f"Latency breakdown per remedy at concurrency {c} "
+                               f"({SLOW_FACTOR}x slower detok), {LLM_DESC}", absolute=True, xlabel="setup")
+    plots.save(fig, out / "remedies_breakdown.png")
+    base = rem.iloc[0]
+    best = rem.loc[rem["tpot_ms.mean"].idxmin()]
+    text["remedies_breakdown.png"] = (
+        f"Mean per-request latency split into categories (last mile hatched) at concurrency {c}. The baseline "
+        f"spends {100 * base['last_mile_share']:.1f}% of end-to-end latency in the last mile with a mean TPOT of "
+        f"{base['tpot_ms.mean']:.1f} ms; the best remedy, {best['setup']}, brings TPOT to "
+        f"{best['tpot_ms.mean']:.1f} ms ({100 * (1 - best['tpot_ms.mean'] / base['tpot_ms.mean']):.0f}% less) "
+        f"and the last-mile share to {100 * best['last_mile_share']:.1f}%.")
+
+    cdf_runs = {label: run(None, {**E.CLOSED_LOOP, **over, **slow_cpu(), "workload.concurrency": 64,
+                                  "workload.requests": 128, "record_spans": label == "engine, sync"})
+                for label, over in (("engine, sync", {}), ("separate detokenizer", E.REMEDIES["separate detokenizer"]),
+                                    ("async overlap", E.REMEDIES["async overlap"]))}
+    fig = plots.latency_cdfs(cdf_runs, f"TTFT and ITL at concurrency 64, {SLOW_FACTOR}x slower detok, {LLM_DESC}")
+    plots.save(fig, out / "latency_cdfs.png")
+    tp = {k: r.summary["tpot_ms"]["p50"] for k, r in cdf_runs.items()}
+    text["latency_cdfs.png"] = (
+        "Distributions of time to first token and of per-request time per output token. Median TPOT is "
+        + ", ".join(f"{v:.1f} ms ({k})" for k, v in tp.items()) + ".")
+
+    res = cdf_runs["engine, sync"]
+    steps = res.spans[(res.spans["track"] == "gpu0") & (res.spans["category"] == "decode")].sort_values("start")
+    mid = steps.iloc[len(steps) // 2]
+    window = (float(mid["start"]), float(mid["start"]) + 4 * float(mid["end"] - mid["start"]) + 0.002)
+    fig = plots.timeline(res, "Timeline of one engine (engine-process detok, sync, concurrency 64, "
+                         f"{SLOW_FACTOR}x slower detok): GPU steps wait on CPU work", window=window)
+    plots.save(fig, out / "timeline_llm.png")
+    util = res.summary["utilization"]
+    text["timeline_llm.png"] = (
+        f"Four engine steps in steady state: each GPU step (blue) is followed by D2H, detokenization and the next "
+        f"schedule on the engine's CPU before the GPU can start again. Over the run the GPU is busy "
+        f"{100 * util.get('gpu0', 0):.0f}% of the time and the engine process "
+        f"{100 * util.get('cpu:engine0', 0):.0f}%.")
+
+    dit = data["dit"]
+    fig = plots.latency_vs_gpus(dit, f"PixArt-alpha 1024x1024, {scale.dit_steps} steps: image latency vs GPUs "
+                                "per strategy")
+    plots.save(fig, out / "dit_latency_vs_gpus.png")
+    best = E.best_strategy(dit)
+    top = best[best["gpus"] == best["gpus"].max()]
+    text["dit_latency_vs_gpus.png"] = (
+        "Image latency against GPU count for each parallel strategy, NVLink vs PCIe. At "
+        f"{int(top['gpus'].iloc[0])} GPUs the fastest is " + "; ".join(
+            f"{r.strategy} on {r.link} ({r['latency_s.p50']:.3f} s, {r.speedup:.1f}x over one GPU, "
+            f"{100 * r['breakdown_share.comm']:.0f}% communication)" for _, r in top.iterrows()) + ".")
+
+    pf = run(E.SCENARIOS / "dit" / "pixart-1024-a100-nvlink-single.yaml",
+             {"parallel.pipefusion": 4, "parallel.patches": 4, "workload.requests": 1, "steps": 4})
+    fig = plots.dit_pipeline(pf, "PipeFusion on 4x A100 NVLink, PixArt-alpha 1024x1024: 4 patches through 4 "
+                             "stages (first 3 steps; step 0 is the synchronous warmup)")
+    plots.save(fig, out / "dit_pipeline.png")
+    text["dit_pipeline.png"] = (
+        f"Each box is one patch on one stage. The warmup step fills and drains the pipeline; afterwards the "
+        f"patches stream back to back. Bubbles are {100 * pf.summary['breakdown_share']['bubble']:.1f}% of this "
+        f"4-step request's latency.")
+
+    tok = data["token"]
+    fig = plots.lines(tok.assign(series=tok["workload"] + " · " + tok["slicing"]), "slices", "bubble_fraction",
+                      "series", "Token-level pipeline, 32k tokens on 4 stages: bubble fraction vs slices",
+                      "slices (micro-batches of tokens)", "bubble fraction (%)", logx=True, percent=True)
+    plots.save(fig, out / "token_pipeline_bubbles.png")
+    k = max(scale.slices)
+    at = tok[tok["slices"] == k].set_index(["workload", "slicing"])["bubble_fraction"]
+    text["token_pipeline_bubbles.png"] = (
+        f"Bubble fraction of the same 4-stage token pipeline on a causal LLM and on a DiT. At {k} slices, uniform "
+        + "; ".join(f"{w}: {100 * at[(w, 'uniform')]:.1f}% uniform, {100 * at[(w, 'balanced')]:.1f}% balanced"
+                    for w in dict.fromkeys(tok["workload"])) + ".")
+    return text
+
+
+def headline(data: dict) -> list[str]:
+    """The report's headline numbers, as sentences."""
+    pl = data["placements"]
+    cross = E.crossover(pl)
+    rem = data["remedies"]
+    base, asy = rem.iloc[0], rem[rem["setup"] == "async overlap"].iloc[0]
+    tok = data["token"]
+    causal = tok[(tok["workload"].str.startswith("causal")) & (tok["slices"] == tok["slices"].max())]
+    u = float(causal[causal["slicing"] == "uniform"]["bubble_fraction"].iloc[0])
+    b = float(causal[causal["slicing"] == "balanced"]["bubble_fraction"].iloc[0])
+    return [
+        f"Last mile vs 20% of inter-token latency, engine-process detokenization: with reference CPU costs it "
+        f"{_fmt_concurrency(cross.get('engine · reference CPU'))}; with a {SLOW_FACTOR}x slower detokenizer it "
+        f"{_fmt_concurrency(cross.get(f'engine · {SLOW_FACTOR}x slower detok'))}.",
+        f"At concurrency {int(base['concurrency'])} with the slow detokenizer, async overlap cuts mean TPOT from "
+        f"{base['tpot_ms.mean']:.1f} ms to {asy['tpot_ms.mean']:.1f} ms.",
+        f"Causal token pipelining at {int(tok['slices'].max())} slices: balanced slicing cuts the bubble fraction "
+        f"from {100 * u:.1f}% to {100 * b:.1f}%.",
+    ]
+
+
+def write_readme(out: Path, text: dict, lines: list[str]) -> None:
+    """results/README.md: headline numbers, then each figure with its generated sentences."""
+    body = ["# lastmile report", "",
+            "Generated by `lastmile report` (do not edit by hand; CI runs `lastmile report --check`). "
+            "Every number below is computed from the simulations; `summary.csv` holds them all.", "",
+            "## Headline", ""] + [f"- {s}" for s in lines] + [""]
+    for name, sentences in text.items():
+        title = name[:-4].replace("_", " ")
+        body += [f"## {title[0].upper()}{title[1:]}", "", f"![{title}]({name})", "", sentences, ""]
+    (out / "README.md").write_text("\n".join(body))
+
+
+def generate(out: str | Path = "results", scale: Scale = FULL) -> Path:
+    """Run the suite and write summary.csv (+ figures and README.md when ``scale.figures``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = run_experiments(scale)
+    summary_frame(data).to_csv(out / "summary.csv", index=False)
+    if scale.figures:
+        text = write_figures(data, out, scale)
+        write_readme(out, text, headline(data))
+    return out
+
+
+def check(out: str | Path = "results", scale: Scale = FULL) -> int:
+    """Regenerate into a temp folder; 0 if every committed CSV matches, else print a diff summary and return 1."""
+    out = Path(out)
+    committed = sorted(out.glob("*.csv"))
+    if not committed:
+        print(f"lastmile report --check: no CSV in {out}/ to compare; run `lastmile report` first")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(tmp, Scale(**{**scale.__dict__, "figures": False}))
+        bad = 0
+        for path in committed:
+            fresh = Path(tmp) / path.name
+            old = path.read_text().splitlines()
+            new = fresh.read_text().splitlines() if fresh.exists() else []
+            if old != new:
+                bad += 1
+                diff = [d for d in difflib.unified_diff(old, new, f"committed/{path.name}", f"regenerated/{path.name}",
+                                                        lineterm="", n=0) if not d.startswith("@@")]
+                changed = sum(1 for d in diff[2:] if d.startswith(("+", "-")))
+                print(f"{path}: differs ({changed} changed lines); first differences:")
+                for d in diff[:22]:
+                    print(f"  {d}")
+    if bad:
+        print(f"lastmile report --check: {bad} CSV file(s) differ; rerun `lastmile report` and commit results/")
+        return 1
+    print(f"lastmile report --check: {len(committed)} CSV file(s) match")
+    return 0

@@ -1,0 +1,90 @@
+"""The command line as a user meets it: summaries, run folders, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SMALL = ["--set", "workload.requests=20"]
+
+
+def lastmile(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_run_default_writes_the_run_folder(tmp_path):
+    out = tmp_path / "run"
+    proc = lastmile("run", *SMALL, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "TTFT" in proc.stdout and "last mile" in proc.stdout
+    for name in ("summary.json", "requests.csv", "breakdown.csv", "scenario.yaml", "trace.json"):
+        assert (out / name).is_file(), name
+    trace = json.loads((out / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"gpu0", "cpu:engine0", "cpu:api_server0"} <= tracks
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
+
+
+def test_json_summary_has_the_contract_keys():
+    proc = lastmile("run", *SMALL, "--json", "--no-write")
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(s[key]) >= {"p50", "p90", "p99", "mean"}
+    assert {"output_tokens_per_s", "requests_per_s"} <= set(s["throughput"])
+    assert set(s["breakdown_share"]) == {"queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize",
+                                         "stream"}
+    assert 0 <= s["last_mile_share"] <= 1 and 0 <= s["itl_last_mile_share"] <= 1
+    assert s["requests_completed"] == 20
+
+
+def test_resolved_scenario_reloads_to_the_same_run(tmp_path):
+    out = tmp_path / "run"
+    assert lastmile("run", *SMALL, "--out", str(out)).returncode == 0
+    again = lastmile("run", str(out / "scenario.yaml"), "--json", "--no-write")
+    assert again.returncode == 0, again.stderr
+    first = json.loads((out / "summary.json").read_text())
+    second = json.loads(again.stdout)
+    assert first["e2e_ms"] == second["e2e_ms"]
+
+
+BAD_TRACE = "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n0.5,abc,10\n"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--set", "serving.ovrlap=async"], "serving.ovrlap: unknown key 'ovrlap' (did you mean 'overlap'?)"),
+    (["--set", "hardware.gpu.memory=80 parsecs"], "hardware.gpu.memory: unknown unit 'parsecs'"),
+    (["--set", "hardware.gpu_link.bandwidth=0"], "hardware.gpu_link.bandwidth: must be greater than zero"),
+    (["--set", "parallel.tp=3"], "parallel.tp: tp=3 does not divide the 32 attention heads"),
+    (["--set", "model=llama-3-70b"], "hardware.gpu.memory: llama-3-70b does not fit"),
+    (["--set", "workload.trace=missing.csv", "--set", "workload.arrival=trace"], "workload.trace: trace file"),
+    (["missing_scenario.yaml"], "missing_scenario.yaml: scenario file does not exist"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, args, expected):
+    out = tmp_path / "run"
+    proc = lastmile("run", *args, "--out", str(out))
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_malformed_trace_names_file_and_row(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(BAD_TRACE)
+    proc = lastmile("run", "--set", f"workload.trace={trace}", "--set", "workload.arrival=trace", "--no-write")
+    assert proc.returncode == 2
+    assert "workload.trace: trace t.csv row 3: num_prefill_tokens = 'abc' is not a number" in proc.stderr
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: llama-3-8b\nserving:\n  max_batch: [1, 2\n")
+    proc = lastmile("run", str(bad), "--no-write")
+    assert proc.returncode == 2
+    assert f"{bad}: not valid YAML at line" in proc.stderr
