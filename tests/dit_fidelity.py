@@ -38,6 +38,7 @@ def legacy_scenario(gpu: str, resolution: int, strategy: str, degree: int, steps
             parallel["patches"] = patches
     raw = {
         "kind": "dit", "model": "pixart-alpha", "resolution": resolution, "steps": steps,
+        "dtype": "fp16",  # legacy/pipefuser/pipelines/pixartalpha.py: torch_dtype=torch.float16
         "cfg": True, "text_encode": True, "parallel": parallel,
         "delivery": {"vae": False, "format": "latent"},
         "workload": {"requests": 1, "arrival": "closed", "concurrency": 1},

@@ -88,3 +88,12 @@ def test_broken_yaml_names_the_line(tmp_path):
     proc = lastmile("run", str(bad), "--no-write")
     assert proc.returncode == 2
     assert f"{bad}: not valid YAML at line" in proc.stderr
+
+
+def test_dit_out_of_memory_is_a_clear_error(tmp_path, root):
+    out = tmp_path / "run"
+    proc = lastmile("run", str(root / "scenarios/dit/pixart-4096-a100-nvlink-distrifusion.yaml"), "--set", "resolution=8192",
+                    "--out", str(out))
+    assert proc.returncode == 2
+    assert "parallel: does not fit in GPU memory: needs" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()

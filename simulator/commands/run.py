@@ -46,8 +46,8 @@ def main(args) -> int:
     result = run(args.scenario, overrides)
     status = result.summary.get("status", "ok")
     if status == "oom":
-        need = result.summary.get("memory_needed_gib")
-        have = result.summary.get("memory_capacity_gib")
+        need = result.summary["memory_needed_gib"]
+        have = result.summary["gpu_memory_gib"]
         raise ConfigError(f"does not fit in GPU memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB; "
                           "use more GPUs or a strategy that shards the model",
                           file=args.scenario or "<default scenario>", path="parallel")

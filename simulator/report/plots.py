@@ -58,6 +58,15 @@ def _wrap(text: str, fig: Figure, ax_fraction: float = 1.0) -> str:
     return textwrap.fill(text, max(width, 30))
 
 
+def _log_labels(axis) -> None:
+    """Plain-number labels on a log axis, at 1, 2 and 5 times powers of ten."""
+    def fmt(v, _pos):
+        mant = v / 10 ** np.floor(np.log10(v)) if v > 0 else 0
+        return f"{v:g}" if any(abs(mant - m) < 1e-6 for m in (1, 2, 5)) else ""
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(fmt))
+    axis.set_minor_formatter(matplotlib.ticker.FuncFormatter(fmt))
+
+
 def save(fig: Figure, path, dpi: int = 110) -> None:
     """Write a PNG and free the figure (figures are not kept in pyplot's global registry)."""
     fig.savefig(path, dpi=dpi, metadata={"Software": None})
@@ -141,8 +150,9 @@ def latency_cdfs(results: Mapping[str, object], title: str) -> Figure:
         ax.set_ylabel("fraction of requests" if ax is a or "per request" in xlabel else "fraction of gaps")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    a.set_xscale("log")
-    b.set_xscale("log")
+    for ax in (a, b):
+        ax.set_xscale("log")
+        _log_labels(ax.xaxis)
     b.legend(fontsize=8, loc="lower right")
     fig.suptitle(_wrap(title, fig))
     return fig
@@ -169,6 +179,7 @@ def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabe
         ax.minorticks_off()
     if logy:
         ax.set_yscale("log")
+        _log_labels(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(_wrap(title, fig))
@@ -289,9 +300,7 @@ def latency_vs_gpus(rows: pd.DataFrame, title: str, link_col: str = "link", stra
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
+        _log_labels(ax.yaxis)
         ax.set_xlabel("GPUs")
         ax.set_title(str(link))
         ax.grid(alpha=0.3, which="both")

@@ -141,7 +141,7 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
                                   "workload.requests": 128, "record_spans": label == "engine, sync"})
                 for label, over in (("engine, sync", {}), ("separate detokenizer", E.REMEDIES["separate detokenizer"]),
                                     ("async overlap", E.REMEDIES["async overlap"]))}
-    fig = plots.latency_cdfs(cdf_runs, f"TTFT and ITL at concurrency 64, {SLOW_FACTOR}x slower detok, {LLM_DESC}")
+    fig = plots.latency_cdfs(cdf_runs, f"Latency distributions at concurrency 64, {SLOW_FACTOR}x slower detok, {LLM_DESC}")
     plots.save(fig, out / "latency_cdfs.png")
     tp = {k: r.summary["tpot_ms"]["p50"] for k, r in cdf_runs.items()}
     text["latency_cdfs.png"] = (
