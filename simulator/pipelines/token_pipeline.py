@@ -2,8 +2,7 @@
 
 On a causal LLM slice i attends to every earlier token, so its cost grows with its
 position and uniform slices leave bubbles; ``balanced`` slicing picks slice lengths that
-equalize slice costs (TeraPipe's objective, latency ≈ Σ t_i + (P−1)·max t_i, minimised by
-minimising the largest slice cost for a given K). On a DiT (bidirectional, stale K/V) every
+minimise TeraPipe's latency model Σ t_i + (P−1)·max t_i by its dynamic programme. On a DiT (bidirectional, stale K/V) every
 slice attends to all tokens, so equal slices already cost the same.
 """
 
@@ -60,43 +59,49 @@ def uniform_slices(total: int, k: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(k)]
 
 
-def balanced_slices(total: int, k: int, cost, grain: int | None = None) -> list[int]:
-    """K slice lengths minimising the largest slice cost (bisection on the cost bound)."""
+def balanced_slices(total: int, k: int, cost, stages: int = 1, max_units: int = 128) -> list[int]:
+    """TeraPipe's dynamic programme: K slice lengths minimising sum(t_i) + (P - 1) * max(t_i).
+
+    The sequence is cut on a grid of at most ``max_units`` cells. For each candidate bound
+    on the largest slice cost, a DP finds the K-slice split with the least total cost whose
+    slices all stay within the bound; the best bound wins.
+    """
     uni = uniform_slices(total, k)
     if cost(0, uni[0]) == cost(total - uni[-1], uni[-1]):  # position-independent: uniform is optimal
         return uni
-    g = grain or max(1, total // (64 * k))
-    units = -(-total // g)
-
-    def pack(bound: float) -> list[int] | None:
-        out, pos = [], 0
-        while pos < units:
-            n = 1
-            while pos + n < units and cost(pos * g, min((n + 1) * g, total - pos * g)) <= bound:
-                n += 1
-            out.append(n)
-            pos += n
-            if len(out) > k:
-                return None
-        return out
-
-    lo, hi = 0.0, cost(0, total)
-    best = None
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        got = pack(mid)
-        if got is None:
-            lo = mid
-        else:
-            best, hi = got, mid
-    best = best or [units]
-    while len(best) < k:  # split the largest-unit slice until there are K
-        i = int(np.argmax(best))
-        if best[i] < 2:
-            break
-        best[i:i + 1] = [best[i] // 2, best[i] - best[i] // 2]
-    lens = [n * g for n in best]
-    lens[-1] -= sum(lens) - total
+    units = min(max_units, total)
+    edges = np.rint(np.linspace(0, total, units + 1)).astype(int)
+    # c[i, j]: cost of one slice covering grid cells [i, j).
+    c = np.full((units + 1, units + 1), np.inf)
+    for i in range(units):
+        for j in range(i + 1, units + 1):
+            c[i, j] = cost(int(edges[i]), int(edges[j] - edges[i]))
+    best_latency, best_cut = np.inf, None
+    for bound in np.unique(c[np.isfinite(c)]):
+        allowed = np.where(c <= bound, c, np.inf)
+        f = allowed[0].copy()                      # f[j]: least total cost of cells [0, j) in one slice
+        back = [np.zeros(units + 1, dtype=int)]
+        for _ in range(1, k):
+            cand = f[:, None] + allowed             # split [0, i) then slice [i, j)
+            back.append(np.argmin(cand, axis=0))
+            f = cand[back[-1], np.arange(units + 1)]
+        if not np.isfinite(f[units]):
+            continue
+        latency = f[units] + (stages - 1) * bound
+        if latency < best_latency:
+            best_latency, cut, j = latency, [], units
+            for level in range(k - 1, 0, -1):
+                i = int(back[level][j])
+                cut.append(j - i)
+                j = i
+            cut.append(j)
+            best_cut = cut[::-1]
+    if best_cut is None:
+        return uni
+    lens, pos = [], 0
+    for cells in best_cut:
+        lens.append(int(edges[pos + cells] - edges[pos]))
+        pos += cells
     return lens
 
 
@@ -105,7 +110,7 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     P, K, S = sc.parallel.pp, sc.slices, sc.sequence_tokens
     cost = SliceCost(sc)
     lens = (uniform_slices(S, K) if sc.slicing == "uniform"
-            else balanced_slices(S, K, lambda p, n: cost(p, n)))
+            else balanced_slices(S, K, lambda p, n: cost(p, n), P))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     env = simpy.Environment()
     rec = SpanRecorder(enabled=sc.record_spans)

@@ -58,6 +58,16 @@ def _wrap(text: str, fig: Figure, ax_fraction: float = 1.0) -> str:
     return textwrap.fill(text, max(width, 30))
 
 
+def to_png(fig: Figure, dpi: int = 100) -> bytes:
+    """The figure as PNG bytes (for ``IPython.display.Image`` in notebooks), then freed."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def _log_labels(axis) -> None:
     """Plain-number labels on a log axis, at 1, 2 and 5 times powers of ten."""
     def fmt(v, _pos):

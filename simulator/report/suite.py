@@ -192,7 +192,7 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
     k = max(scale.slices)
     at = tok[tok["slices"] == k].set_index(["workload", "slicing"])["bubble_fraction"]
     text["token_pipeline_bubbles.png"] = (
-        f"Bubble fraction of the same 4-stage token pipeline on a causal LLM and on a DiT. At {k} slices, uniform "
+        f"Bubble fraction of the same 4-stage token pipeline on a causal LLM and on a DiT. At {k} slices: "
         + "; ".join(f"{w}: {100 * at[(w, 'uniform')]:.1f}% uniform, {100 * at[(w, 'balanced')]:.1f}% balanced"
                     for w in dict.fromkeys(tok["workload"])) + ".")
     return text
