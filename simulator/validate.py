@@ -244,8 +244,8 @@ def format_table(table: pd.DataFrame) -> str:
     lines.append(f"{'family':<24} {'metric':<20} {'rows':>4} {'median|err|':>12} {'max|err|':>10}  target "
                  f"(median <= {TARGET_MEDIAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%)")
     for r in summarize(table).itertuples():
-        lines.append(f"{r.family:<24} {r.metric:<20} {r.rows:>4} {_fmt(r.median_abs_pct):>11}% "
-                     f"{_fmt(r.max_abs_pct):>9}%  {'met' if r.meets_target else 'MISSED'}")
+        lines.append(f"{r.family:<24} {r.metric:<20} {r.rows:>4} {r.median_abs_pct:>11.1f}% "
+                     f"{r.max_abs_pct:>9.1f}%  {'met' if r.meets_target else 'MISSED'}")
     return "\n".join(lines)
 
 
@@ -258,7 +258,7 @@ def fidelity_markdown(table: pd.DataFrame, directory: str | Path | None = None) 
              "| family | metric | rows | median abs error | max abs error | target |",
              "| --- | --- | ---: | ---: | ---: | --- |"]
     for r in s.itertuples():
-        lines.append(f"| {r.family} | {r.metric} | {r.rows} | {_fmt(r.median_abs_pct)}% | {_fmt(r.max_abs_pct)}% | "
+        lines.append(f"| {r.family} | {r.metric} | {r.rows} | {r.median_abs_pct:.1f}% | {r.max_abs_pct:.1f}% | "
                      f"{'met' if r.meets_target else 'missed'} |")
     for name, g in table.groupby("family", sort=False):
         fam = fams.get(name)

@@ -221,3 +221,23 @@ def test_text_encoder_ops():
     assert total_bytes(ops) > dense * 2  # weights read at least once
     assert dit.text_encoder_ops(arch("dit-xl-2")) == []
     assert len(arch("sd3-medium").text_encoders) == 3
+
+
+# ---- DiT-side kernel census and NCCL figures (simulator/pipelines/dit_cost.py) --------------
+
+def test_allreduce_uses_measured_nccl_busbw_on_nvlink3_only():
+    from simulator.pipelines.dit_cost import allreduce_bandwidth
+
+    assert allreduce_bandwidth("nvlink3", 264e9) == pytest.approx(205e9)
+    assert allreduce_bandwidth("nvlink4", 396e9) == pytest.approx(396e9)
+    assert allreduce_bandwidth("nvlink3", 100e9) == pytest.approx(100e9)  # never faster
+
+
+def test_unfused_elementwise_census_only_for_diffusers_basic_blocks():
+    from simulator.pipelines.dit_cost import unfused
+
+    assert unfused("extra_passes_per_block", "cross") == 16
+    assert unfused("extra_passes_per_block", "self") == 14
+    assert unfused("extra_passes_per_block", "joint") == 0
+    assert unfused("extra_passes_per_block", "single") == 0
+    assert unfused("tp_bias_passes_per_block", "cross") == 6

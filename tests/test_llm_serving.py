@@ -40,7 +40,8 @@ def test_single_request_ttft_and_itl_are_the_sum_of_the_stages():
     sc = load_scenario(BASE)
     cost = build_cost(sc)
     cpu, host, client, sv = sc.hardware.cpu, sc.hardware.host_link, sc.hardware.client_link, sc.serving
-    sched = cpu.schedule_per_step + cpu.schedule_per_request + sc.hardware.gpu.launch_overhead
+    # With CUDA graphs the step is one graph launch, which overlaps the GPU work it starts.
+    sched = cpu.schedule_per_step + cpu.schedule_per_request
     d2h = host.latency + 8 / host.effective_bandwidth
     detok = cpu.detokenize_step_fixed + cpu.detokenize_per_token + cpu.output_per_request
     deliver = cpu.stream_per_chunk + client.latency + (sv.response_header_bytes + sv.chunk_bytes_per_token) / client.effective_bandwidth
@@ -56,6 +57,17 @@ def test_single_request_ttft_and_itl_are_the_sum_of_the_stages():
     itl = np.diff(receipts)
     assert result.summary["itl_ms"]["mean"] == pytest.approx(itl.mean() * 1e3, rel=1e-12)
     assert result.summary["tpot_ms"]["mean"] == pytest.approx((receipts[-1] - ttft) / 3 * 1e3, rel=1e-12)
+
+
+def test_eager_launches_bound_a_short_step():
+    eager = merged(hardware={"gpu": {"base": "h100-sxm", "launch_overhead": "50 us"}, "cuda_graphs": False})
+    sc = load_scenario(eager)
+    cost = build_cost(sc)
+    launches = cost.kernels_per_step() * sc.hardware.gpu.launch_overhead
+    assert launches > cost.step(101, 1).total     # a batch-1 decode step is launch-bound in eager mode
+    graphs = simulator.run(merged(hardware={"gpu": {"base": "h100-sxm", "launch_overhead": "50 us"}})).requests.iloc[0]
+    slow = simulator.run(eager).requests.iloc[0]
+    assert slow["tpot"] - graphs["tpot"] == pytest.approx(launches - cost.step(102, 1).total, rel=0.05)
 
 
 def test_single_request_breakdown_is_exact():

@@ -16,5 +16,7 @@ def main(args) -> int:
 
     if args.check:
         return check(args.out)
-    generate(args.out)
+    out = generate(args.out)
+    files = sorted(p.name for p in out.iterdir() if p.suffix in (".csv", ".png", ".md"))
+    print(f"wrote {out}/: {', '.join(files)}")
     return 0

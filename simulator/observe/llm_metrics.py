@@ -114,7 +114,7 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     c2 = np.clip(g0, c1, g1)
     acc.add("schedule", req, cs, c1)
     acc.add("queue", req, c1, c2)
-    bc = np.maximum(c2, g1 - steps["comm"][step] * (g1 - g0))
+    bc = np.maximum(c2, g1 - steps["comm"][step])
     acc.add("prefill", req[prefill], c2[prefill], bc[prefill])
     acc.add("decode", req[~prefill], c2[~prefill], bc[~prefill])
     acc.add("comm", req, bc, g1)
@@ -202,4 +202,4 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
         "preemptions": int(t.preemptions.sum()),
     }
     spans = recorder.frame()
-    return Result("llm", scenario, summary, requests, bd, spans, trace_events(spans))
+    return Result("llm", scenario, summary, requests, bd, spans, trace_events(spans), itl=itl)

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -16,7 +17,8 @@ class Result:
 
     ``requests``: one row per request (timestamps, metrics); ``breakdown``: one row per
     request, one column per latency category, summing to its latency; ``spans``: one row
-    per recorded span (track, name, start, end, category).
+    per recorded span (track, name, start, end, category); ``itl``: every inter-token gap
+    at the client in seconds (LLM runs).
     """
 
     kind: str
@@ -26,6 +28,7 @@ class Result:
     breakdown: pd.DataFrame
     spans: pd.DataFrame
     trace_events: list = field(default_factory=list, repr=False)
+    itl: np.ndarray | None = field(default=None, repr=False)
 
     def resolved_scenario(self) -> dict:
         return self.scenario.model_dump(mode="json")

@@ -37,7 +37,7 @@ from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
 from ..workloads.ops import Op
 from .dit_arrivals import open_loop_arrivals
-from .dit_cost import DiTCost, eager_ops
+from .dit_cost import DiTCost, allreduce_bandwidth, eager_ops, unfused
 
 CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
               "deliver")
@@ -151,6 +151,17 @@ class DiTModel:
             cpu_ops += eager_ops("ops_per_step")
         if lay.pp > 1:  # receive this patch's input, send its output
             cpu_ops += 2 * eager_ops("ops_per_p2p")
+        else:  # diffusers' own cross attention: text K/V and mask recomputed every call
+            cpu_ops += sum(unfused("uncached_cross_ops_per_block")
+                           for i in range(l0, l1) if arch.layer_kind(i) == "cross")
+        # diffusers BasicTransformerBlock's separate element-wise kernels (kernels.yaml
+        # diffusers_unfused), on this GPU's b x q tokens; TP's bias adds on the full tensor
+        passes = sum(unfused("extra_passes_per_block", arch.layer_kind(i))
+                     + (unfused("tp_bias_passes_per_block", arch.layer_kind(i))
+                        if lay.tensor > 1 else 0) for i in range(l0, l1))
+        if passes:
+            x = b * q * arch.hidden
+            ops = ops + [Op("unfused_eltwise", float(x), float(passes * x * ab))]
         coll = eager_ops("ops_per_collective")
         inner = arch.inner // lay.tensor
         if lay.ulysses > 1:  # all-to-all of Q, K, V before attention and O after, per layer
@@ -176,9 +187,11 @@ class DiTModel:
             t = lay.tensor
             per_block = 3 if arch.text_mode == "cross" else 2
             nb = b * q * arch.hidden * ab
-            comm += n_layers * per_block * ring_allreduce_time(nb, t, bw, lat)
+            bw_ar = allreduce_bandwidth(self.link.name, bw)
+            comm += n_layers * per_block * ring_allreduce_time(nb, t, bw_ar, lat)
             comm_bytes += n_layers * per_block * 2 * (t - 1) / t * nb
             cpu_ops += n_layers * per_block * coll
+            cpu_ops += sum(unfused("tp_ops_per_block", arch.layer_kind(i)) for i in range(l0, l1))
         if lay.distri > 1:
             cpu_ops += n_layers * eager_ops("distrifusion_ops_per_layer")
             # legacy patch_parallel/attn.py: every self-attention layer torch.cat()s the n

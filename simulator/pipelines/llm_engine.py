@@ -197,12 +197,14 @@ class Engine:
         a0 = env.now
         batch = len(decode) + len(chunks)
         sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
-        _, a1 = self.proc.submit(a0, sched + self.launch_cost, "schedule")
+        _, a1 = self.proc.submit(a0, sched, "schedule")
+        # Kernels run as they are launched: the step cannot end before its last launch.
+        _, launched = self.proc.submit(a1, self.launch_cost, "launch")
         step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else ())
         g0 = max(a1, self.gpu_free)
-        g1 = g0 + step_cost.total
+        g1 = max(g0 + step_cost.total, launched)
         self.gpu_free = g1
-        self.gpu_busy += step_cost.total
+        self.gpu_busy += g1 - g0
         t.computed[decode] = comp + 1
         new_tokens = 0
         completes, partial = [], []
@@ -215,7 +217,7 @@ class Engine:
             self.prefilling = [r for r in self.prefilling if r not in done]
         sampled = len(decode) + len(completes)
         _, d1 = self.d2h.submit(g1, self.host.latency + 8 * sampled / self.host.effective_bandwidth, "d2h", "d2h")
-        index = self.steps.append(a0=a0, a1=a1, g0=g0, g1=g1, comm=step_cost.comm / step_cost.total,
+        index = self.steps.append(a0=a0, a1=a1, g0=g0, g1=g1, comm=step_cost.comm,
                                   d1=d1, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
         if self.recorder is not None:
             label = f"step {index} ({len(decode)}d+{new_tokens}p)"

@@ -129,14 +129,8 @@ def breakdown_bars(rows: pd.DataFrame, label: str, title: str, absolute: bool = 
 
 
 def itl_samples(result) -> tuple[np.ndarray, str]:
-    """Per-gap inter-token latencies (s) if the result carries them, else per-request TPOT, with a label."""
-    samples = getattr(result, "itl", None)
-    if samples is not None:
-        return np.asarray(samples, dtype=float), "inter-token latency (ms)"
-    if "itl" in result.requests:
-        return result.requests["itl"].to_numpy(dtype=float), "inter-token latency (ms)"
-    tpot = result.requests["tpot"].to_numpy(dtype=float)
-    return tpot, "time per output token, per request (ms)"
+    """Every inter-token gap (s) the clients saw in an LLM run, with its axis label."""
+    return np.asarray(result.itl, dtype=float), "inter-token latency (ms)"
 
 
 def _cdf(ax, values: np.ndarray, label: str, color: str) -> None:

@@ -1,0 +1,236 @@
+"""Write the four question notebooks with nbformat (run: python notebooks/build_notebooks.py).
+
+Each notebook opens with its question, runs small deterministic sweeps through
+``simulator.report.experiments``, shows a figure and ends with an answer printed from the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+SETUP = """\
+import pandas as pd
+from IPython.display import Image, display
+
+import simulator
+from simulator.report import experiments as E, plots
+
+pd.set_option("display.width", 160)
+pd.set_option("display.precision", 3)"""
+
+NB1 = [
+    new_markdown_cell("""\
+# 1 · Where does the last mile bite?
+
+**Question.** Llama-3-8B on one H100: as concurrency grows, the GPU step grows slowly while the
+per-token CPU work (D2H copy, detokenization, streaming) grows linearly with the batch. At what
+concurrency does the last mile pass **20% of inter-token latency (ITL)**, and what does each remedy
+buy — a separate detokenizer process, detokenizing in 1 or 4 API servers, async overlap, streaming
+every 4 tokens?
+
+We sweep closed-loop concurrency from 1 to 1,024 (two requests per client, 512-token prompts,
+128-token outputs) twice: with the reference CPU costs (a fast Rust detokenizer, measured) and
+with a 10x slower detokenize/output/stream path (pure-Python detokenization)."""),
+    new_code_cell(SETUP),
+    new_code_cell("""\
+concurrency = [1, 4, 16, 64, 256, 1024]
+slow = E.cpu_slowdown(10, ("detokenize_per_token", "output_per_request", "stream_per_chunk"))
+ref = E.llm_concurrency(concurrency, E.REMEDIES).assign(cpu="reference")
+slw = E.llm_concurrency(concurrency, E.REMEDIES, base=slow).assign(cpu="10x slower detok")
+rows = pd.concat([ref, slw], ignore_index=True)
+rows.pivot_table(index="concurrency", columns=["cpu", "setup"], values="itl_last_mile_share").round(3).T"""),
+    new_code_cell("""\
+fig = plots.last_mile_vs_concurrency(rows[rows["setup"].str.startswith(("baseline", "separate", "API-server detok x1"))]
+                                     .assign(series=lambda d: d["setup"] + " · " + d["cpu"]),
+                                     "Llama-3-8B on 1x H100: last-mile share of ITL vs concurrency", hue="series")
+display(Image(plots.to_png(fig)))"""),
+    new_code_cell("""\
+at = 256
+sub = slw[slw["concurrency"] == at].set_index("setup")
+fig = plots.breakdown_bars(sub.reset_index(), "setup", f"Latency breakdown per remedy, concurrency {at}, 10x slower detok",
+                           absolute=True)
+display(Image(plots.to_png(fig)))
+sub[["tpot_ms.mean", "itl_ms.p99", "itl_last_mile_share", "throughput.output_tokens_per_s"]]"""),
+    new_markdown_cell("## Answer"),
+    new_code_cell("""\
+cross_ref = E.crossover(ref)
+cross_slow = E.crossover(slw)
+base_name = "baseline (engine detok, sync)"
+def when(c):
+    return f"at concurrency {c}" if c is not None else "nowhere between 1 and 1,024"
+peak_ref = ref[ref["setup"] == base_name]["itl_last_mile_share"].max()
+print(f"With the reference CPU costs the engine-process last mile reaches at most {100 * peak_ref:.1f}% of ITL, "
+      f"so it passes 20% {when(cross_ref[base_name])}.")
+print(f"With a 10x slower detokenizer it passes 20% {when(cross_slow[base_name])}.")
+b = sub.loc[base_name]
+for name, r in sub.drop(index=base_name).iterrows():
+    print(f"  {name}: mean TPOT {b['tpot_ms.mean']:.1f} -> {r['tpot_ms.mean']:.1f} ms "
+          f"({100 * (1 - r['tpot_ms.mean'] / b['tpot_ms.mean']):.0f}% less), last mile of ITL "
+          f"{100 * b['itl_last_mile_share']:.1f}% -> {100 * r['itl_last_mile_share']:.1f}%, "
+          f"throughput {r['throughput.output_tokens_per_s'] / b['throughput.output_tokens_per_s']:.2f}x")
+best = sub["tpot_ms.mean"].idxmin()
+print(f"Best single remedy at concurrency {at}: {best}.")"""),
+]
+
+NB2 = [
+    new_markdown_cell("""\
+# 2 · Parallel DiT on NVLink vs PCIe
+
+**Question.** For PixArt-alpha (0.6 B) and FLUX.1-dev (12 B), which parallel strategy —
+PipeFusion (patch pipeline), Ulysses or Ring sequence parallelism, tensor parallelism,
+DistriFusion — gives the lowest image latency at 2, 4 and 8 GPUs, on NVLink (A100 SXM) and on
+PCIe (A100 PCIe), and why: communication volume, pipeline bubbles, or memory?
+
+Every point is one image (10 denoising steps to keep the notebook fast; ratios between
+strategies hold at 20+ steps because every step costs the same)."""),
+    new_code_cell(SETUP),
+    new_code_cell("""\
+single = E.SCENARIOS / "dit" / "pixart-1024-a100-nvlink-single.yaml"
+frames = []
+for res in (1024, 2048):
+    frames.append(E.dit_strategies(single, base={"steps": 10, "resolution": res}).assign(model="PixArt-alpha", resolution=res))
+flux = E.SCENARIOS / "dit" / "flux-1024-h100-single.yaml"
+frames.append(E.dit_strategies(flux, base={"steps": 10}).assign(model="FLUX.1-dev", resolution=1024))
+dit = pd.concat(frames, ignore_index=True)
+dit[["model", "resolution", "link", "strategy", "gpus", "status", "latency_s.p50", "breakdown_share.comm",
+     "breakdown_share.bubble", "memory_per_gpu_gib"]].head(12)"""),
+    new_code_cell("""\
+for (model, res), g in dit.groupby(["model", "resolution"], sort=False):
+    fig = plots.latency_vs_gpus(g, f"{model} {res}x{res}, 10 steps: image latency vs GPUs per strategy")
+    display(Image(plots.to_png(fig)))"""),
+    new_code_cell("""\
+pf = simulator.run(single, {"parallel.pipefusion": 4, "parallel.patches": 4, "workload.requests": 1, "steps": 4})
+display(Image(plots.to_png(plots.dit_pipeline(pf, "PipeFusion, 4 stages x 4 patches, PixArt-alpha 1024x1024 on A100 NVLink"))))"""),
+    new_markdown_cell("## Answer"),
+    new_code_cell("""\
+for (model, res), g in dit.groupby(["model", "resolution"], sort=False):
+    best = E.best_strategy(g)
+    print(f"{model} {res}x{res}:")
+    for _, r in best.iterrows():
+        print(f"  {r['link']:<18} {r['gpus']} GPUs: {r['strategy']:<12} {r['latency_s.p50']:.3f} s "
+              f"({r['speedup']:.1f}x over 1 GPU; comm {100 * r['breakdown_share.comm']:.1f}%, "
+              f"bubble {100 * r['breakdown_share.bubble']:.1f}%, {r['memory_per_gpu_gib']:.1f} GiB/GPU)")
+px = dit[(dit["model"] == "PixArt-alpha") & (dit["resolution"] == 1024) & (dit["gpus"] == 8)]
+t = px.set_index(["link", "strategy"])["latency_s.p50"]
+links = list(E.DIT_LINKS)
+worst = max(E.DIT_STRATEGIES, key=lambda s: t[(links[1], s)] / t[(links[0], s)])
+print(f"Moving from NVLink to PCIe hurts {worst} most at 8 GPUs (PixArt 1024): "
+      f"{t[(links[0], worst)]:.3f} s -> {t[(links[1], worst)]:.3f} s, because it moves the most bytes per step; "
+      f"PipeFusion changes {t[(links[0], 'pipefusion')]:.3f} s -> {t[(links[1], 'pipefusion')]:.3f} s "
+      f"(it only passes activations between neighbours).")"""),
+]
+
+NB3 = [
+    new_markdown_cell("""\
+# 3 · Token-level pipelining: causal LLM vs DiT
+
+**Question.** The same token-level pipeline (a 32k-token sequence cut into slices that flow
+through 4 stages) runs a causal LLM prefill and a DiT forward pass. In the DiT every slice attends
+to all tokens and costs the same; in the causal LLM slice *i* attends to every earlier token, so
+later slices cost more. How does the bubble fraction fall with the number of slices for each,
+and how much does cost-balanced slicing (TeraPipe's dynamic programme) recover?"""),
+    new_code_cell(SETUP),
+    new_code_cell("""\
+tok = E.token_pipeline(slices=(1, 2, 4, 8, 16, 32))
+tok[["workload", "slicing", "slices", "latency_s.p50", "bubble_fraction", "slice_cost_spread"]]"""),
+    new_code_cell("""\
+fig = plots.lines(tok.assign(series=tok["workload"] + " · " + tok["slicing"]), "slices", "bubble_fraction", "series",
+                  "Token-level pipeline, 32k tokens on 4 A100 stages: bubble fraction vs slices",
+                  "slices", "bubble fraction (%)", logx=True, percent=True)
+display(Image(plots.to_png(fig)))
+r = simulator.run(E.SCENARIOS / "dit" / "token-pipeline-causal.yaml")
+display(Image(plots.to_png(plots.timeline(r, "Causal LLM, 8 uniform slices on 4 stages: later slices cost more",
+                                          window=(0.0, float(r.spans["end"].max()))))))"""),
+    new_markdown_cell("## Answer"),
+    new_code_cell("""\
+k = 8
+at = tok[tok["slices"] == k].set_index(["workload", "slicing"])
+causal, dit_name = [w for w in dict.fromkeys(tok["workload"])]
+cu, cb = at.loc[(causal, "uniform")], at.loc[(causal, "balanced")]
+du = at.loc[(dit_name, "uniform")]
+ideal = (4 - 1) / (k + 4 - 1)
+print(f"At {k} slices on 4 stages the fill-and-drain bubble alone is {100 * ideal:.1f}%.")
+print(f"DiT: {100 * du['bubble_fraction']:.1f}% bubble with uniform slices (slice cost spread {du['slice_cost_spread']:.2f}x): "
+      f"equal slices already balance the pipeline.")
+print(f"Causal LLM: uniform slices cost up to {cu['slice_cost_spread']:.2f}x each other and the bubble is "
+      f"{100 * cu['bubble_fraction']:.1f}%; balanced slicing brings it to {100 * cb['bubble_fraction']:.1f}% "
+      f"and the latency from {cu['latency_s.p50'] * 1e3:.0f} ms to {cb['latency_s.p50'] * 1e3:.0f} ms "
+      f"({100 * (1 - cb['latency_s.p50'] / cu['latency_s.p50']):.0f}% faster).")"""),
+]
+
+NB4 = [
+    new_markdown_cell("""\
+# 4 · Wider, nearer, more continuous
+
+**Question.** Three levers beyond raw FLOP/s: **wider** links (NVLink vs PCIe; 8 vs 16 GPUs),
+**nearer** data paths (where the sampled token is turned into text, relative to the GPU), and
+**more continuous** output — ITL jitter and stalls (p99 ITL, gaps over twice the median), not only
+means. How much does each move the numbers?"""),
+    new_code_cell(SETUP),
+    new_code_cell("""\
+# Wider: Ulysses and PipeFusion on PixArt-alpha 2048x2048 at 8 and 16 GPUs, NVLink vs PCIe (two nodes over IB for 16).
+wide = E.dit_strategies(E.SCENARIOS / "dit" / "pixart-2048-a100-nvlink-single.yaml", gpu_counts=(1, 8, 16),
+                        strategies=("ulysses", "pipefusion"), base={"steps": 10, "hardware.node_link": "ib-400g"})
+display(Image(plots.to_png(plots.latency_vs_gpus(wide, "PixArt-alpha 2048x2048, 10 steps: wider links and more GPUs"))))
+wide[["link", "strategy", "gpus", "status", "latency_s.p50", "breakdown_share.comm"]]"""),
+    new_code_cell("""\
+# Nearer and more continuous: detokenizer placement, overlap and stream interval at concurrency 256 (10x slower detok).
+slow = E.cpu_slowdown(10, ("detokenize_per_token", "output_per_request", "stream_per_chunk"))
+setups = {"engine process (sync)": {}, "separate process": {"serving.detokenizer": "separate"},
+          "API server x4": {"serving.detokenizer": "api_server", "serving.api_servers": 4},
+          "engine, async overlap": {"serving.overlap": "async"},
+          "stream every 2": {"serving.stream_interval": 2}, "stream every 8": {"serving.stream_interval": 8}}
+near = E.llm_concurrency([256], setups, base=slow)
+E.jitter_table(near)"""),
+    new_code_cell("""\
+fig = plots.breakdown_bars(near, "setup", "Llama-3-8B on 1x H100, concurrency 256, 10x slower detok: where the time goes",
+                           absolute=True)
+display(Image(plots.to_png(fig)))"""),
+    new_markdown_cell("## Answer"),
+    new_code_cell("""\
+w = wide[wide["status"] == "ok"].set_index(["link", "strategy", "gpus"])["latency_s.p50"]
+nv, pc = list(E.DIT_LINKS)
+print(f"Wider: Ulysses at 8 GPUs takes {w[(nv, 'ulysses', 8)]:.2f} s on NVLink and {w[(pc, 'ulysses', 8)]:.2f} s on PCIe "
+      f"({w[(pc, 'ulysses', 8)] / w[(nv, 'ulysses', 8)]:.2f}x); going to 16 GPUs over IB gives "
+      f"{w[(nv, 'ulysses', 16)]:.2f} s on NVLink nodes.")
+t = near.set_index("setup")
+e = t.loc["engine process (sync)"]
+for name in ("separate process", "API server x4", "engine, async overlap"):
+    r = t.loc[name]
+    print(f"Nearer/off the critical path — {name}: ITL p50 {e['itl_ms.p50']:.1f} -> {r['itl_ms.p50']:.1f} ms, "
+          f"last mile of ITL {100 * e['itl_last_mile_share']:.1f}% -> {100 * r['itl_last_mile_share']:.1f}%.")
+for name in ("stream every 2", "stream every 8"):
+    r = t.loc[name]
+    print(f"More continuous? {name}: mean TPOT {e['tpot_ms.mean']:.1f} -> {r['tpot_ms.mean']:.1f} ms, but ITL p99 "
+          f"{e['itl_ms.p99']:.1f} -> {r['itl_ms.p99']:.1f} ms and gaps over 2x median "
+          f"{int(e['itl_stalls.gaps_over_2x_median'])} -> {int(r['itl_stalls.gaps_over_2x_median'])}.")"""),
+]
+
+NOTEBOOKS = {
+    "01_where_the_last_mile_bites.ipynb": NB1,
+    "02_parallel_dit_nvlink_vs_pcie.ipynb": NB2,
+    "03_token_pipelining_causal_vs_dit.ipynb": NB3,
+    "04_wider_nearer_more_continuous.ipynb": NB4,
+}
+
+
+def build(out: Path = HERE) -> list[Path]:
+    """Write every notebook (no outputs; CI executes them from a clean kernel)."""
+    paths = []
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                "language": "python"}})
+        path = out / name
+        nbformat.write(nb, path)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in build():
+        print(f"wrote {p}")
