@@ -97,3 +97,13 @@ def test_dit_out_of_memory_is_a_clear_error(tmp_path, root):
     assert proc.returncode == 2
     assert "parallel: does not fit in GPU memory: needs" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_dit_across_nodes_needs_a_node_link(root):
+    scenario = str(root / "scenarios/dit/pixart-1024-a100-nvlink-pipefusion.yaml")
+    proc = lastmile("run", scenario, "--set", "parallel.pipefusion=16", "--no-write")
+    assert proc.returncode == 2
+    assert "hardware.node_link: 16 GPUs span more than one 8-GPU node" in proc.stderr
+    ok = lastmile("run", scenario, "--set", "parallel.pipefusion=16", "--set", "hardware.node_link=ib-400g",
+                  "--no-write", "--json")
+    assert ok.returncode == 0, ok.stderr

@@ -226,12 +226,14 @@ def test_text_encoder_ops():
 # ---- DiT-side kernel census and NCCL figures (simulator/pipelines/dit_cost.py) --------------
 
 def test_allreduce_uses_measured_nccl_busbw_on_nvlink3_only():
-    from simulator.pipelines.dit_cost import allreduce_bandwidth
+    from simulator.config.loader import load_scenario
 
-    assert allreduce_bandwidth("nvlink3", 264e9) == pytest.approx(205e9)
-    assert allreduce_bandwidth("nvlink4", 396e9) == pytest.approx(396e9)
-    assert allreduce_bandwidth("nvlink3", 100e9) == pytest.approx(100e9)  # never faster
-
+    links = load_scenario({"hardware": {"gpu": "a100-sxm-80g"}}).hardware
+    assert links.gpu_link.allreduce_bandwidth == pytest.approx(205e9)
+    h100 = load_scenario({"hardware": {"gpu": "h100-sxm"}}).hardware
+    assert h100.gpu_link.allreduce_bandwidth == pytest.approx(h100.gpu_link.effective_bandwidth)
+    slow = load_scenario({"hardware": {"gpu": "a100-sxm-80g", "gpu_link": {"base": "nvlink3", "bandwidth": "100 GB/s"}}})
+    assert slow.hardware.gpu_link.allreduce_bandwidth == pytest.approx(88e9)  # never faster than the link
 
 def test_unfused_elementwise_census_only_for_diffusers_basic_blocks():
     from simulator.pipelines.dit_cost import unfused

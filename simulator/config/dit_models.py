@@ -197,6 +197,7 @@ class DiTScenario(Strict):
                 f"gpus is {self.gpus} but the parallel degrees multiply to {p.gpus} "
                 f"(cfg {p.cfg} x pipefusion {p.pipefusion} x ulysses {p.ulysses} x ring {p.ring}"
                 f" x tensor {p.tensor} x distrifusion {p.distrifusion})", path="gpus")
+        _check_nodes(p.gpus, self.hardware)
         if p.cfg == 2 and not self.cfg:
             raise ConfigError("parallel.cfg 2 splits the two CFG branches; it needs cfg: true",
                               path="parallel.cfg")
@@ -297,9 +298,17 @@ class TokenPipelineScenario(Strict):
         if self.slices > self.sequence_tokens:
             raise ConfigError(f"{self.slices} slices exceed {self.sequence_tokens} tokens",
                               path="slices")
+        _check_nodes(self.parallel.pp, self.hardware)
         if self.parallel.pp > 1 and self.hardware.gpu_link is None and self.hardware.host_link is None:
             raise ConfigError("pp > 1 needs a GPU or host link", path="hardware")
         return self
+
+
+def _check_nodes(gpus: int, hardware) -> None:
+    """GPUs beyond one node talk over the node link, which must then be given."""
+    if gpus > hardware.gpus_per_node and hardware.node_link is None:
+        raise ConfigError(f"{gpus} GPUs span more than one {hardware.gpus_per_node}-GPU node; "
+                          "set hardware.node_link (e.g. ib-400g)", path="hardware.node_link")
 
 
 def layer_split(layers: int, stages: int) -> list[tuple[int, int]]:

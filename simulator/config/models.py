@@ -50,11 +50,20 @@ class LinkSpec(Strict):
     bandwidth: Bandwidth
     latency: Seconds
     achievable: float = Fraction
+    allreduce_busbw: Optional[Bandwidth] = None
     sources: dict[str, str] = {}
 
     @property
     def effective_bandwidth(self) -> float:
+        """What a bulk copy reaches: nominal bandwidth x achievable fraction."""
         return self.bandwidth * self.achievable
+
+    @property
+    def allreduce_bandwidth(self) -> float:
+        """Bus bandwidth of an all-reduce: the measured NCCL figure where there is one."""
+        if self.allreduce_busbw is None:
+            return self.effective_bandwidth
+        return min(self.allreduce_busbw, self.effective_bandwidth)
 
 
 class CPUCosts(Strict):

@@ -37,7 +37,7 @@ from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
 from ..workloads.ops import Op
 from .dit_arrivals import open_loop_arrivals
-from .dit_cost import DiTCost, allreduce_bandwidth, eager_ops, unfused
+from .dit_cost import DiTCost, eager_ops, unfused
 
 CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
               "deliver")
@@ -98,6 +98,7 @@ class DiTModel:
     tokens: int
     stages: list
     link: LinkParams
+    allreduce_bw: float
     _tasks: dict = field(default_factory=dict)
 
     @classmethod
@@ -115,7 +116,7 @@ class DiTModel:
         cost = DiTCost(gpu, arch.head_dim, sc.kernels.attention_efficiency,
                        sc.kernels.head_dim_multiple, eager=not hw.cuda_graphs)
         return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width),
-                   layer_split(arch.num_layers, lay.pp), link)
+                   layer_split(arch.num_layers, lay.pp), link, spec.allreduce_bandwidth)
 
     @property
     def batch(self) -> int:
@@ -187,8 +188,7 @@ class DiTModel:
             t = lay.tensor
             per_block = 3 if arch.text_mode == "cross" else 2
             nb = b * q * arch.hidden * ab
-            bw_ar = allreduce_bandwidth(self.link.name, bw)
-            comm += n_layers * per_block * ring_allreduce_time(nb, t, bw_ar, lat)
+            comm += n_layers * per_block * ring_allreduce_time(nb, t, self.allreduce_bw, lat)
             comm_bytes += n_layers * per_block * 2 * (t - 1) / t * nb
             cpu_ops += n_layers * per_block * coll
             cpu_ops += sum(unfused("tp_ops_per_block", arch.layer_kind(i)) for i in range(l0, l1))

@@ -117,18 +117,3 @@ def unfused(key: str, kind: str | None = None) -> int:
     """``diffusers_unfused`` census entry (per-kind where ``kind`` is given; 0 if absent)."""
     e = kernel_catalog()["diffusers_unfused"][key]
     return int(e.get(kind, 0) if isinstance(e, dict) else e)
-
-
-def allreduce_bandwidth(link_name: str, link_bandwidth: float) -> float:
-    """Bus bandwidth a ring all-reduce achieves on ``link_name``: the measured NCCL busbw where
-    ``kernels.yaml`` has one (8xA100 NVLink3), else the link's effective bandwidth.
-
-    DiT-side wrapper: the closed form stays :func:`simulator.hardware.collectives.
-    ring_allreduce_time`; this only picks the bandwidth it is given.
-    """
-    from ..units import parse
-
-    measured = kernel_catalog().get("nccl", {}).get("allreduce_busbw", {}).get(link_name)
-    if measured is None:
-        return link_bandwidth
-    return min(link_bandwidth, parse(measured, "bandwidth"))

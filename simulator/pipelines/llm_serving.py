@@ -96,7 +96,7 @@ def build_cost(scenario) -> LLMCostModel:
     hw, p = scenario.hardware, scenario.parallel
     link = hw.gpu_link or hw.host_link
     return LLMCostModel(LLMShape.from_spec(scenario.model), GPU.from_spec(hw.gpu), scenario.dtype,
-                        p.tp, p.pp, link.effective_bandwidth, link.latency)
+                        p.tp, p.pp, link.effective_bandwidth, link.latency, link.allreduce_bandwidth)
 
 
 def simulate(scenario):

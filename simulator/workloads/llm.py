@@ -100,6 +100,7 @@ class LLMCostModel:
     pp: int = 1
     link_bandwidth: float = 0.0
     link_latency: float = 0.0
+    allreduce_bandwidth: float | None = None
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -224,8 +225,8 @@ class LLMCostModel:
         t = 0.0
         if self.tp > 1:
             nbytes = tokens * self.shape.hidden * self.b
-            t += 2 * self.shape.layers * allreduce_time(nbytes, self.tp, self.link_bandwidth, self.link_latency) / self.pp
-            t *= self.pp
+            bw = self.allreduce_bandwidth or self.link_bandwidth
+            t += 2 * self.shape.layers * allreduce_time(nbytes, self.tp, bw, self.link_latency)
         if self.pp > 1:
             t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
         return t
