@@ -32,20 +32,27 @@ def stats(values: np.ndarray, scale: float = 1.0) -> dict:
 
 
 class _Accumulator:
-    """Sums labelled segment lengths per request, in full and clipped to t >= lower[request]."""
+    """Per-request totals of each category, plus last-mile totals clipped to t >= lower[request].
+
+    The clipped totals give the last-mile share of the inter-token time: the part of each
+    request's timeline after its first token.
+    """
 
     def __init__(self, n: int, lower: np.ndarray):
         self.n = n
         self.lower = lower
         self.full = {c: np.zeros(n) for c in CATEGORIES}
-        self.after = {c: np.zeros(n) for c in CATEGORIES}
+        self.after = {c: 0.0 for c in LAST_MILE}
 
-    def add(self, cat: str, req: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-        length = np.maximum(end - start, 0.0)
-        self.full[cat] += np.bincount(req, weights=length, minlength=self.n)
-        clipped = np.maximum(end - np.maximum(start, self.lower[req]), 0.0)
-        clipped = np.minimum(clipped, length)
-        self.after[cat] += np.bincount(req, weights=clipped, minlength=self.n)
+    def add(self, cat: str, req: np.ndarray, *segments: tuple[np.ndarray, np.ndarray]) -> None:
+        """Add the lengths of one or more (start, end) segment arrays, all belonging to ``req``."""
+        total = None
+        for start, end in segments:
+            length = np.maximum(end - start, 0.0)
+            total = length if total is None else total + length
+            if cat in self.after:
+                self.after[cat] += float(np.maximum(end - np.maximum(start, self.lower[req]), 0.0).sum())
+        self.full[cat] += np.bincount(req, weights=total, minlength=self.n)
 
 
 CHUNK_ROWS = 1 << 18
@@ -65,8 +72,8 @@ def breakdown(table, steps, rows, done: np.ndarray):
     n = table.n
     acc = _Accumulator(n, np.nan_to_num(table.first_R, nan=np.inf))
     ids = np.flatnonzero(done)
-    acc.add("queue", ids, table.arrival[ids], table.tok_start[ids])
-    acc.add("schedule", ids, table.tok_start[ids], table.tok_end[ids])
+    acc.add("queue", ids, (table.arrival[ids], table.tok_start[ids]))
+    acc.add("schedule", ids, (table.tok_start[ids], table.tok_end[ids]))
 
     req_all = rows["req"]
     order = _request_step_order(rows, np.flatnonzero(done[req_all]), len(steps["g1"]))
@@ -106,21 +113,20 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     b1 = np.clip(pd1, ws, cs)
     b2 = np.clip(pe, b1, cs)
     b3 = np.clip(pR, b2, cs)
-    acc.add("d2h", req, ws, b1)
-    acc.add("detokenize", req, b1, b2)
-    acc.add("stream", req, b2, b3)
-    acc.add("queue", req, b3, cs)
     c1 = np.clip(a1, cs, g1)
     c2 = np.clip(g0, c1, g1)
-    acc.add("schedule", req, cs, c1)
-    acc.add("queue", req, c1, c2)
     bc = np.maximum(c2, g1 - steps["comm"][step])
-    acc.add("prefill", req[prefill], c2[prefill], bc[prefill])
-    acc.add("decode", req[~prefill], c2[~prefill], bc[~prefill])
-    acc.add("comm", req, bc, g1)
-    acc.add("d2h", req[last], g1[last], d1[last])
-    acc.add("detokenize", req[last], d1[last], e[last])
-    acc.add("stream", req[last], e[last], R[last])
+    acc.add("d2h", req, (ws, b1))
+    acc.add("detokenize", req, (b1, b2))
+    acc.add("stream", req, (b2, b3))
+    acc.add("queue", req, (b3, cs), (c1, c2))
+    acc.add("schedule", req, (cs, c1))
+    acc.add("prefill", req[prefill], (c2[prefill], bc[prefill]))
+    acc.add("decode", req[~prefill], (c2[~prefill], bc[~prefill]))
+    acc.add("comm", req, (bc, g1))
+    acc.add("d2h", req[last], (g1[last], d1[last]))
+    acc.add("detokenize", req[last], (d1[last], e[last]))
+    acc.add("stream", req[last], (e[last], R[last]))
 
 
 def itl_samples(rows, done: np.ndarray) -> np.ndarray:
@@ -155,8 +161,7 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
     bd = pd.DataFrame({"request": ids, **{c: acc.full[c][ids] for c in CATEGORIES}, "e2e": e2e[ids]})
     total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[ids].sum())
-    itl_total = {c: float(acc.after[c][ids].sum()) for c in CATEGORIES}
-    itl_sum = sum(itl_total.values())
+    itl_sum = float((t.last_R[ids] - t.first_R[ids]).sum())
     itl = itl_samples(rows, done)
 
     slo = scenario.slo
@@ -167,6 +172,9 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
     else:
         start, end, span = 0.0, 0.0, 1.0
     out_tokens = float(t.output[ids].sum())
+    for engine in frontend.engines:
+        for track in engine.gpu_tracks:
+            recorder.add_busy(track, engine.gpu_busy)
     util = recorder.utilization(horizon)
     for server in frontend.servers:
         util.setdefault(server.track, 0.0)
@@ -188,7 +196,7 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
                     "slo": {"ttft_ms": slo.ttft * 1e3, "itl_ms": slo.itl * 1e3}},
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
-        "itl_last_mile_share": sum(itl_total[c] for c in LAST_MILE) / itl_sum if itl_sum else 0.0,
+        "itl_last_mile_share": sum(acc.after.values()) / itl_sum if itl_sum else 0.0,
         "itl_stalls": {"p99_over_p50": (float(np.percentile(itl, 99) / np.percentile(itl, 50))
                                          if len(itl) and np.percentile(itl, 50) > 0 else None),
                        "gaps_over_2x_median": int((itl > 2 * np.median(itl)).sum()) if len(itl) else 0},

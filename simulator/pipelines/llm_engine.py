@@ -197,32 +197,34 @@ class Engine:
         a0 = env.now
         batch = len(decode) + len(chunks)
         sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
-        _, a1 = self.proc.submit(a0, sched, "schedule")
-        # Kernels run as they are launched: the step cannot end before its last launch.
-        _, launched = self.proc.submit(a1, self.launch_cost, "launch")
-        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else ())
+        # Scheduling, then the launches; kernels run as they are launched, so the GPU starts
+        # after scheduling and the step cannot end before its last launch.
+        start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
+        a1 = start + sched
+        completes, partial = [], []
+        new_tokens = 0
+        for rid, p, n in chunks:
+            new_tokens += n
+            (completes if p + n >= t.target[rid] else partial).append(rid)
+        sampled = len(decode) + len(completes)
+        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (), sampled)
         g0 = max(a1, self.gpu_free)
         g1 = max(g0 + step_cost.total, launched)
         self.gpu_free = g1
         self.gpu_busy += g1 - g0
         t.computed[decode] = comp + 1
-        new_tokens = 0
-        completes, partial = [], []
-        for rid, _, n in chunks:
-            t.computed[rid] += n
-            new_tokens += n
-            (completes if t.computed[rid] >= t.target[rid] else partial).append(rid)
+        for rid, p, n in chunks:
+            t.computed[rid] = p + n
         if completes:
             done = set(completes)
             self.prefilling = [r for r in self.prefilling if r not in done]
-        sampled = len(decode) + len(completes)
         _, d1 = self.d2h.submit(g1, self.host.latency + 8 * sampled / self.host.effective_bandwidth, "d2h", "d2h")
         index = self.steps.append(a0=a0, a1=a1, g0=g0, g1=g1, comm=step_cost.comm,
                                   d1=d1, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
-        if self.recorder is not None:
+        if self.recorder.enabled:
             label = f"step {index} ({len(decode)}d+{new_tokens}p)"
             for track in self.gpu_tracks:
-                self.recorder.add(track, label, g0, g1, "prefill" if chunks else "decode")
+                self.recorder.add_span_only(track, label, g0, g1, "prefill" if chunks else "decode")
         used = self.kv_total - self.kv_free
         self.kv_peak = max(self.kv_peak, used)
         self.kv_sum += used * step_cost.total

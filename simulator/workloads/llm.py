@@ -192,6 +192,15 @@ class LLMCostModel:
         ]
         return self.gpu.ops_time(ops)
 
+    def __post_init__(self):
+        s, b = self.shape, self.b
+        qh = s.heads // self.tp
+        kvh = max(1, s.kv_heads // self.tp)
+        hd = s.head_dim
+        rate, bw = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth
+        # Attention time per layer = max(flop_coef * work / rate, byte terms / bw) + overhead.
+        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, self.gpu.kernel_overhead)
+
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float) -> float:
         """Attention of one stage's layers.
@@ -200,18 +209,12 @@ class LLMCostModel:
         sum over prefill chunks of n*(p + (n+1)/2), the causal query-key pairs;
         ``prefill_kv_tokens``: sum of p + n (keys read); ``prefill_tokens``: sum of n.
         """
-        s, b = self.shape, self.b
-        qh = s.heads // self.tp
-        kvh = max(1, s.kv_heads // self.tp)
-        hd = s.head_dim
-        rate, bw, k = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth, self.gpu.kernel_overhead
+        flop, kv_byte, q_byte, k = self._attn
         t = 0.0
         if decode_requests:
-            t += max(4 * decode_context * qh * hd / rate,
-                     (decode_context * 2 * kvh * hd * b + 2 * decode_requests * qh * hd * b) / bw) + k
+            t += max(decode_context * flop, decode_context * kv_byte + decode_requests * q_byte) + k
         if prefill_tokens:
-            t += max(4 * prefill_pairs * qh * hd / rate,
-                     (prefill_kv_tokens * 2 * kvh * hd * b + 2 * prefill_tokens * qh * hd * b) / bw) + k
+            t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte) + k
         return self.layers_per_stage * t
 
     def comm_time(self, tokens: int) -> float:
@@ -231,8 +234,13 @@ class LLMCostModel:
             t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
         return t
 
-    def step(self, decode_context: float, decode_requests: int, prefill_chunks=()) -> StepCost:
-        """Time of one engine step; ``prefill_chunks`` is a sequence of (cached tokens p, new tokens n)."""
+    def step(self, decode_context: float, decode_requests: int, prefill_chunks=(),
+             sampled: int | None = None) -> StepCost:
+        """Time of one engine step.
+
+        ``prefill_chunks`` is a sequence of (cached tokens p, new tokens n); ``sampled`` is how
+        many sequences get logits (default: every decode and every chunk).
+        """
         n_new = pairs = kv = 0
         for p, n in prefill_chunks:
             n_new += n
@@ -240,9 +248,9 @@ class LLMCostModel:
             kv += p + n
         tokens = decode_requests + n_new
         stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new)
-        sampled = decode_requests + len(prefill_chunks)
-        compute = self.pp * stage + self.head_time(sampled)
-        return StepCost(compute=compute, comm=self.comm_time(tokens))
+        if sampled is None:
+            sampled = decode_requests + len(prefill_chunks)
+        return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost)."""
