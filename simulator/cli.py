@@ -28,7 +28,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     for name, path in COMMANDS.items():
         module = importlib.import_module(path)
         modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP))
+        module.add_arguments(sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP))
     return parser, modules
 
 

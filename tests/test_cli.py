@@ -107,3 +107,11 @@ def test_dit_across_nodes_needs_a_node_link(root):
     ok = lastmile("run", scenario, "--set", "parallel.pipefusion=16", "--set", "hardware.node_link=ib-400g",
                   "--no-write", "--json")
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("command", ["", "run", "sweep", "validate", "calibrate", "report", "measure-cpu",
+                                     "measure-gpu"])
+def test_help_of_every_command(command):
+    proc = lastmile(*([command] if command else []), "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: lastmile" in proc.stdout
