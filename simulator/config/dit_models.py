@@ -16,7 +16,7 @@ import yaml
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from ..errors import ConfigError
-from .models import Hardware, LLMSpec, Strict, Workload
+from .models import LLMSpec, ScenarioBase, Strict, Workload
 from .quantities import PositiveSeconds
 
 # ---- image codecs (catalog/image_codecs.yaml) ---------------------------------------------
@@ -136,15 +136,12 @@ def _dit_arch(model: dict):
         raise ConfigError(str(exc), path="model") from None
 
 
-class DiTScenario(Strict):
+class DiTScenario(ScenarioBase):
     """A complete DiT-inference scenario: model, image, steps, parallel layout, last mile."""
 
     kind: Literal["dit"] = "dit"
     name: str = "dit-scenario"
-    description: str = ""
-    seed: int = 0
     model: dict
-    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     resolution: Union[int, str] = 1024
     steps: PositiveInt = 20
     cfg: bool = True
@@ -154,8 +151,6 @@ class DiTScenario(Strict):
     delivery: Delivery = Delivery()
     kernels: Kernels = Kernels()
     workload: Workload = Workload(requests=4, arrival="closed", concurrency=1)
-    hardware: Hardware
-    record_spans: bool = True
     max_sim_time: Optional[PositiveSeconds] = None
 
     @field_validator("resolution")
@@ -252,7 +247,7 @@ class TokenPipelineParallel(Strict):
     pp: PositiveInt = 4
 
 
-class TokenPipelineScenario(Strict):
+class TokenPipelineScenario(ScenarioBase):
     """One long sequence pushed through ``parallel.pp`` stages in ``slices`` token slices.
 
     ``model`` is an LLM (causal: slice i attends to every earlier token) or a DiT
@@ -261,16 +256,11 @@ class TokenPipelineScenario(Strict):
 
     kind: Literal["token_pipeline"] = "token_pipeline"
     name: str = "token-pipeline"
-    description: str = ""
-    seed: int = 0
     model: dict
-    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     sequence_tokens: PositiveInt = 8192
     parallel: TokenPipelineParallel = TokenPipelineParallel()
     slices: PositiveInt = 8
     slicing: Literal["uniform", "balanced"] = "uniform"
-    hardware: Hardware
-    record_spans: bool = True
 
     @property
     def is_dit(self) -> bool:

@@ -203,19 +203,25 @@ class SLO(Strict):
     itl: PositiveSeconds = 0.1
 
 
-class LLMScenario(Strict):
-    """A complete LLM-serving scenario."""
+class ScenarioBase(Strict):
+    """What every kind of scenario has: its kind, a name, a seed, the dtype and the hardware."""
 
-    kind: Literal["llm"] = "llm"
+    kind: str
     name: str = "scenario"
     description: str = ""
     seed: int = 0
-    model: LLMSpec
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     hardware: Hardware
+    record_spans: bool = True
+
+
+class LLMScenario(ScenarioBase):
+    """A complete LLM-serving scenario."""
+
+    kind: Literal["llm"] = "llm"
+    model: LLMSpec
     parallel: LLMParallel = LLMParallel()
     serving: Serving = Serving()
     workload: Workload = Workload()
     slo: SLO = SLO()
-    record_spans: bool = True
     max_sim_time: Optional[PositiveSeconds] = None

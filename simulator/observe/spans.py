@@ -27,12 +27,7 @@ class SpanRecorder:
     def add(self, track: str, name: str, start: float, end: float, category: str = "") -> None:
         """Record one span; busy time accrues even when detailed spans are disabled."""
         self.busy[track] = self.busy.get(track, 0.0) + (end - start)
-        if self.enabled:
-            self.track.append(track)
-            self.name.append(name)
-            self.start.append(start)
-            self.end.append(end)
-            self.category.append(category)
+        self.add_span_only(track, name, start, end, category)
 
     def add_span_only(self, track: str, name: str, start: float, end: float,
                       category: str = "") -> None:
