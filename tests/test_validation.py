@@ -19,18 +19,21 @@ from simulator.validate import (MARK_END, MARK_START, discover, fidelity_markdow
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
-# (family, metric) -> (median |error| %, max |error| %) asserted.
+# (family, metric) -> (median |error| %, max |error| %) asserted. Batch-1 decode and first token
+# must have every row within 15% (the LLM issue's acceptance); the other families assert what
+# they meet today, and their notes (README fidelity table) say why a target is missed.
 TOLERANCE = {
-    ("llm_decode_batch1", "tpot_ms"): (10, 25),
-    ("llm_first_token", "ttft_ms"): (10, 25),
+    ("llm_decode_batch1", "tpot_ms"): (10, 15),
+    ("llm_first_token", "ttft_ms"): (10, 15),
     ("llm_max_throughput", "output_tokens_per_s"): (10, 28),   # L40S FP8 compute-bound rows: see notes
     ("llm_online_serving", "ttft_ms"): (25, 35),                # no Triton/gRPC front-end model: see notes
     ("llm_online_serving", "itl_ms"): (15, 25),
     ("llm_online_serving", "output_tokens_per_s"): (10, 15),
     ("image_encode", "encode_s"): (10, 25),
-    # DiT families: the pipeline is being reworked by its owner; these guard against regressions only.
-    ("dit_pixart_strategies", "latency_s"): (35, 70),
-    ("dit_pipefusion_patches", "latency_s"): (12, 50),
+    # DiT families miss the 25% row target (see the README's fidelity notes); these bounds
+    # keep today's accuracy from getting worse.
+    ("dit_pixart_strategies", "latency_s"): (25, 55),
+    ("dit_pipefusion_patches", "latency_s"): (10, 40),
 }
 
 
