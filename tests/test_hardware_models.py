@@ -7,7 +7,7 @@ import pytest
 from simulator.config.loader import load_scenario
 from simulator.hardware.cpu import CorePool, CPUProcess, SerialChannel
 from simulator.hardware.gpu import GPU
-from simulator.workloads.ops import Op
+from simulator.hardware.ops import Op
 
 
 @pytest.fixture

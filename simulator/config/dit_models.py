@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from ..errors import ConfigError
+from .dit_arch import DiTArch
 from .models import LLMSpec, ScenarioBase, Strict, Workload
 from .quantities import PositiveSeconds
 
@@ -129,7 +130,6 @@ def _parse_resolution(v) -> tuple[int, int]:
 
 
 def _dit_arch(model: dict):
-    from ..workloads.dit import DiTArch  # workloads sit below config in use, not in import order
     try:
         return DiTArch.from_dict(model, model.get("name"))
     except ValueError as exc:

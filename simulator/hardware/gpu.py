@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..workloads.ops import Op
+from .ops import Op
 
 TILE = 128
 SPLIT_K_MIN = 256

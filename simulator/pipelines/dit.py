@@ -35,7 +35,7 @@ from ..observe.perfetto import trace_events
 from ..observe.result import Result
 from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
-from ..workloads.ops import Op
+from ..hardware.ops import Op
 from .dit_arrivals import open_loop_arrivals
 from .dit_cost import DiTCost, eager_ops, unfused
 

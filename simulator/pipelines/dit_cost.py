@@ -25,7 +25,7 @@ from importlib import resources
 import yaml
 
 from ..hardware.gpu import GPU
-from ..workloads.ops import Op
+from ..hardware.ops import Op
 
 _ATTN_NAMES = ("self_attn", "cross_attn", "joint_attn")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import run
+from ..api import run
 from . import experiments as E
 from . import plots
 

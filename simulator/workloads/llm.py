@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.collectives import p2p_time, ring_allreduce_time
 from ..hardware.gpu import GPU
-from .ops import Op
+from ..hardware.ops import Op
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 KERNELS_PER_LAYER = 9
