@@ -34,6 +34,7 @@ from ..hardware.topology import LinkParams, Topology
 from ..observe.perfetto import trace_events
 from ..observe.result import Result
 from ..observe.spans import SpanRecorder
+from ..observe.stats import stats
 from ..workloads import dit as W
 from ..hardware.ops import Op
 from .dit_arrivals import open_loop_arrivals
@@ -455,13 +456,6 @@ class DiTSim:
 
 # ---- results -------------------------------------------------------------------------------
 
-def _pct(x: np.ndarray) -> dict:
-    if len(x) == 0:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
-    return {"p50": float(np.percentile(x, 50)), "p90": float(np.percentile(x, 90)),
-            "p99": float(np.percentile(x, 99)), "mean": float(np.mean(x))}
-
-
 def _oom_result(sc: DiTScenario, need: float, have: float) -> Result:
     summary = {
         "kind": "dit", "name": sc.name, "status": "oom",
@@ -469,7 +463,7 @@ def _oom_result(sc: DiTScenario, need: float, have: float) -> Result:
         "gpu_memory_gib": have / GIB, "gpus": sc.n_gpus,
         "message": f"needs {need / GIB:.1f} GiB per GPU, the {sc.hardware.gpu.name} has "
                    f"{have / GIB:.1f} GiB",
-        "latency_s": _pct(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
+        "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
         "last_mile_share": None, "requests_completed": 0, "throughput": {"images_per_s": 0.0},
     }
     empty = pd.DataFrame(columns=["request", "latency"])
@@ -510,7 +504,7 @@ def simulate(sc: DiTScenario) -> Result:
         "gpu": sc.hardware.gpu.name, "gpus": model.lay.n_gpus,
         "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps,
         "strategy": strategy_name(sc),
-        "latency_s": _pct(lat), "breakdown_share": share,
+        "latency_s": stats(lat), "breakdown_share": share,
         "last_mile_share": share["d2h"] + share["encode"] + share["deliver"],
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
         "requests_completed": int(len(req)),
