@@ -62,7 +62,7 @@ class Param:
     unit: str  # "" for fractions, "s" for CPU costs
 
     def step(self, x: float) -> float:
-        return max(0.03 * abs(x), 0.01 if self.section == "gpu" else 0.5e-6)
+        return max(0.01 * abs(x), 0.002 if self.section == "gpu" else 0.1e-6)
 
 
 PARAMS = (
