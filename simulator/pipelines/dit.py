@@ -147,6 +147,9 @@ class DiTModel:
         comm = comm_bytes = 0.0
         # ops the Python process dispatches for this task (eager mode; see dit_cost)
         cpu_ops = sum(eager_ops("ops_per_block", arch.layer_kind(i)) for i in range(l0, l1))
+        # Python-level calls that launch nothing (views, module calls), at dispatch_overhead
+        light = sum(eager_ops("dispatch_only_per_block", arch.layer_kind(i))
+                    for i in range(l0, l1))
         if l0 == 0:
             cpu_ops += eager_ops("ops_per_forward")
         if l1 == arch.num_layers:
@@ -172,6 +175,10 @@ class DiTModel:
             comm += n_layers * 4 * alltoall_time(nb, u, bw, lat)
             comm_bytes += n_layers * 4 * nb * (u - 1) / u
             cpu_ops += n_layers * 4 * coll
+            light += n_layers * 4 * eager_ops("dispatch_only_per_collective")
+            # yunchang LongContextAttention: the ring path runs once (FP32 out cast and back)
+            cpu_ops += n_layers * eager_ops("ulysses_attention_ops_per_layer")
+            light += n_layers * eager_ops("ulysses_attention_dispatch_only_per_layer")
         if lay.ring > 1:  # r-1 K/V passes per layer overlapped with the chunked attention
             r = lay.ring
             attn = [op for op in ops if op.name in ("self_attn", "joint_attn")]
@@ -201,7 +208,7 @@ class DiTModel:
             ops = ops + [Op("kv_concat", 0.0, 2.0 * kv_full, count=n_layers)]
         if lay.cfg > 1 and l1 == arch.num_layers:
             cpu_ops += coll
-        compute = self.cost.task_time(ops, cpu_ops)
+        compute = self.cost.task_time(ops, cpu_ops, light)
         if lay.distri > 1:  # async all-gather of every layer's K and V (stale next step)
             n = lay.distri
             nb = n_layers * 2 * b * S * arch.inner * ab

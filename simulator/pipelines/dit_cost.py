@@ -9,8 +9,9 @@ Two mechanisms on top of :meth:`GPU.op_time`, with their figures in
   overlapped with the GEMMs (Ampere/Ada). So the kernel's fraction of peak follows the chip's
   tensor-to-FP32 ratio: ~61% of peak on an A100 (16x), ~76% on an L20 (2x).
 - **Eager mode** (``hardware.cuda_graphs: false``, as the published PyTorch runs): the CPU
-  dispatches every PyTorch op from Python at ``launch_overhead`` each, and a task cannot end
-  before its ops were issued. The op counts are a census of the code the published runs
+  dispatches every PyTorch op from Python at ``launch_overhead`` each, plus every
+  non-launching call (views, reshapes, module ``__call__``) at ``dispatch_overhead``, and a
+  task cannot end before its ops were issued. The op counts are a census of the code the published runs
   executed (diffusers blocks, pipeline loop, scheduler, collectives); small per-GPU shares
   (8 GPUs at 1024², many PipeFusion patches) become CPU-bound.
 """
@@ -41,6 +42,11 @@ def eager_ops(key: str, kind: str | None = None) -> int:
     """Ops dispatched per unit of work (``ops_per_block`` needs the block ``kind``)."""
     e = kernel_catalog()["eager_pytorch"]
     return int(e[key][kind] if kind is not None else e[key])
+
+
+def dispatch_overhead() -> float:
+    """CPU seconds of one Python-level call that launches no kernel (view, module call)."""
+    return float(kernel_catalog()["eager_pytorch"]["dispatch_overhead"])
 
 
 def _softmax_flops() -> float:
@@ -97,11 +103,12 @@ class DiTCost:
             t = max(t, (self.kernels(ops) + extra_kernels) * self.gpu.launch_overhead)
         return t
 
-    def task_time(self, ops: list[Op], cpu_ops: int) -> float:
-        """Wall time of a task whose Python side dispatches ``cpu_ops`` ops (eager) or none."""
+    def task_time(self, ops: list[Op], cpu_ops: int, dispatch_only: int = 0) -> float:
+        """Wall time of a task whose Python side dispatches ``cpu_ops`` launching ops and
+        ``dispatch_only`` non-launching calls (views, module calls) in eager mode, or none."""
         t = self.gpu_time(ops)
         if self.eager:
-            t = max(t, cpu_ops * self.gpu.launch_overhead)
+            t = max(t, cpu_ops * self.gpu.launch_overhead + dispatch_only * dispatch_overhead())
         return t
 
     def cached(self, key, build) -> float:
