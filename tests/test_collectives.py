@@ -77,3 +77,14 @@ def test_allreduce_slows_under_competing_traffic():
 
     t = _run(topo, both)
     assert t > 1.5 * C.ring_allreduce_time(NBYTES, 4, PCIE.bandwidth, PCIE.latency)
+
+
+def test_allreduce_picks_the_fastest_algorithm():
+    from simulator.hardware.collectives import allreduce_time, ring_allreduce_time
+    bw, lat = 100e9, 10e-6
+    # Two-shot: the ring's bytes in two latencies, so it wins for n > 2 ...
+    assert allreduce_time(8e3, 8, bw, lat) == pytest.approx(2 * lat + 2 * 7 / 8 * 8e3 / bw)
+    assert allreduce_time(1e9, 8, bw, lat) == pytest.approx(2 * lat + 2 * 7 / 8 * 1e9 / bw)
+    # ... and ties with the ring at n = 2.
+    assert allreduce_time(1e9, 2, bw, lat) == pytest.approx(ring_allreduce_time(1e9, 2, bw, lat))
+    assert allreduce_time(1e9, 1, bw, lat) == 0.0

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _TEXT_MODES = ("cross", "joint", "class")
 _CONTEXT_EMBEDDERS = ("mlp", "linear", "none")
 _MODULATIONS = ("single", "per_block")

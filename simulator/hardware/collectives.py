@@ -29,6 +29,20 @@ def ring_allreduce_time(nbytes: float, n: int, bandwidth: float, latency: float)
     return _ring_time(2 * (n - 1), nbytes, n, bandwidth, latency)
 
 
+def allreduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
+    """All-reduce by the faster of the ring and two-shot algorithms serving engines pick from.
+
+    Two-shot (TensorRT-LLM's custom all-reduce on a switched fabric: reduce-scatter then
+    all-gather with direct peer access) moves the ring's 2(n-1)/n buffers in two latencies
+    instead of 2(n-1). (One-shot, reading all n-1 peer buffers, moves more bytes for the same
+    two latencies in this model, so it never wins here.)
+    """
+    if n <= 1:
+        return 0.0
+    two_shot = 2 * latency + 2 * (n - 1) / n * nbytes / bandwidth
+    return min(ring_allreduce_time(nbytes, n, bandwidth, latency), two_shot)
+
+
 def allgather_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
     """Ring all-gather of an ``nbytes`` result: ``(n−1)/n·nbytes/bw + (n−1)·lat``."""
     return _ring_time(n - 1, nbytes, n, bandwidth, latency)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of each dtype an operator can run in."""
+
 
 @dataclass(frozen=True)
 class Op:

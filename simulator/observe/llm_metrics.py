@@ -19,7 +19,9 @@ from .result import Result
 
 CATEGORIES = ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize", "stream")
 LAST_MILE = ("d2h", "detokenize", "stream")
-SENT = 2
+# What a row of the per-token record is: a prefill chunk that emitted no token, a token held
+# back by the stream interval, or a token the client received in a chunk.
+PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
 
 
 class _Accumulator:
@@ -86,7 +88,7 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     kind = rows["kind"][idx]
     e, R = rows["e"][idx], rows["R"][idx]
     g1 = steps["g1"][step]
-    d1 = np.where(kind == 0, g1, steps["d1"][step])
+    d1 = np.where(kind == PREFILL_ONLY, g1, steps["d1"][step])
     first = np.r_[True, req[1:] != req[:-1]]
     last = np.r_[req[1:] != req[:-1], req[-1] != following]
     prev = np.maximum(np.arange(len(req)) - 1, 0)

@@ -36,14 +36,13 @@ from ..observe.result import Result
 from ..observe.spans import SpanRecorder
 from ..observe.stats import stats
 from ..workloads import dit as W
-from ..hardware.ops import Op
+from ..hardware.ops import DTYPE_BYTES, Op
 from .dit_arrivals import open_loop_arrivals
 from .dit_cost import DiTCost, eager_ops, unfused
 
 CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
               "deliver")
 GIB = 2.0 ** 30
-_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
 
 # ---- layout and per-task cost --------------------------------------------------------------
@@ -125,7 +124,7 @@ class DiTModel:
 
     @property
     def act_bytes(self) -> int:
-        return 2 if self.sc.dtype == "fp8" else _DTYPE_BYTES[self.sc.dtype]
+        return W.act_bytes(self.sc.dtype)
 
     def task(self, stage: int, q_total: int, sync: bool) -> TaskCost:
         """Cost of stage ``stage`` over ``q_total`` query tokens (split over the SP group)."""
@@ -222,7 +221,7 @@ class DiTModel:
     def memory_per_gpu(self) -> float:
         """Bytes the busiest GPU needs: weights, activations, K/V buffers, VAE workspace."""
         sc, arch, lay, b = self.sc, self.arch, self.lay, self.batch
-        wbytes = _DTYPE_BYTES[sc.dtype]
+        wbytes = DTYPE_BYTES[sc.dtype]
         ab = self.act_bytes
         S = self.tokens
         params = arch.params * wbytes / (lay.pp * lay.tensor)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hardware.cpu import CPUProcess, SerialChannel
+from ..observe.llm_metrics import PREFILL_ONLY
 
-PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
@@ -227,7 +227,7 @@ class Engine:
                 self.recorder.add_span_only(track, label, g0, g1, "prefill" if chunks else "decode")
         used = self.kv_total - self.kv_free
         self.kv_peak = max(self.kv_peak, used)
-        self.kv_sum += used * step_cost.total
+        self.kv_sum += used * (g1 - g0)
         return Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY, g1, d1)
 

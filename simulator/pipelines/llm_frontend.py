@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware.cpu import CPUProcess
-from .llm_engine import BUFFERED, SENT, RequestTable
+from ..observe.llm_metrics import BUFFERED, SENT
+from .llm_engine import RequestTable
 
 
 class Frontend:

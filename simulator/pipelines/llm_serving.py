@@ -64,31 +64,20 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     return int(kv_bytes // per_block), memory
 
 
-def check_workload_fits(scenario, kv_blocks: int) -> None:
-    """Every request must be able to run alone: its prompt and output fit the KV cache and the batch budget."""
-    w, sv = scenario.workload, scenario.serving
-    if w.trace:
-        return
-    longest = max_tokens(w.prompt_tokens) + max_tokens(w.output_tokens)
-    if math.ceil(longest / sv.block_size) > kv_blocks:
-        raise ConfigError(f"a request of {longest} tokens needs {math.ceil(longest / sv.block_size)} KV blocks "
-                          f"but the cache holds {kv_blocks}; lower the token counts or add GPUs",
-                          path="workload.prompt_tokens")
-    if not sv.chunked_prefill and max_tokens(w.prompt_tokens) > sv.max_batched_tokens:
-        raise ConfigError(f"prompts of up to {max_tokens(w.prompt_tokens)} tokens exceed "
-                          f"max_batched_tokens={sv.max_batched_tokens} without chunked prefill; "
-                          "set serving.chunked_prefill: true", path="serving.max_batched_tokens")
+def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: int, key: str) -> None:
+    """Every request must be able to run alone: its prompt and output fit the KV cache and the batch budget.
 
-
-def _clip_trace_requests(scenario, specs, kv_blocks: int) -> None:
+    ``longest`` / ``longest_prompt`` bound the workload's requests; ``key`` is where they come from.
+    """
     sv = scenario.serving
-    longest = int((specs.prompt + specs.output).max())
-    if math.ceil(longest / sv.block_size) > kv_blocks:
-        raise ConfigError(f"the trace has a request of {longest} tokens, more than the KV cache's "
-                          f"{kv_blocks * sv.block_size} tokens", path="workload.trace")
-    if not sv.chunked_prefill and int(specs.prompt.max()) > sv.max_batched_tokens:
-        raise ConfigError(f"the trace has a {int(specs.prompt.max())}-token prompt, above max_batched_tokens "
-                          "without chunked prefill", path="serving.max_batched_tokens")
+    blocks = math.ceil(longest / sv.block_size)
+    if blocks > kv_blocks:
+        raise ConfigError(f"a request of {longest} tokens needs {blocks} KV blocks but the cache holds "
+                          f"{kv_blocks}; lower the token counts or add GPUs", path=key)
+    if not sv.chunked_prefill and longest_prompt > sv.max_batched_tokens:
+        raise ConfigError(f"prompts of up to {longest_prompt} tokens exceed max_batched_tokens="
+                          f"{sv.max_batched_tokens} without chunked prefill; set serving.chunked_prefill: true",
+                          path="serving.max_batched_tokens")
 
 
 def build_cost(scenario) -> LLMCostModel:
@@ -104,10 +93,14 @@ def simulate(scenario):
     check_parallel(scenario)
     cost = build_cost(scenario)
     kv_blocks, memory = kv_capacity(scenario, cost)
-    check_workload_fits(scenario, kv_blocks)
-    rng = np.random.default_rng(scenario.seed)
-    specs = make_requests(scenario.workload, rng)
-    _clip_trace_requests(scenario, specs, kv_blocks)
+    w = scenario.workload
+    if not w.trace:
+        prompt = max_tokens(w.prompt_tokens)
+        check_requests_fit(scenario, kv_blocks, prompt + max_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
+    specs = make_requests(w, np.random.default_rng(scenario.seed))
+    if w.trace:
+        check_requests_fit(scenario, kv_blocks, int((specs.prompt + specs.output).max()), int(specs.prompt.max()),
+                           "workload.trace")
 
     env = simpy.Environment()
     hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel

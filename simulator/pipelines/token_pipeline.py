@@ -124,7 +124,7 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     ready = {(j, i): env.event() for j in range(P) for i in range(K)}
     busy = np.zeros(P)
     slice_times = np.zeros((P, K))
-    ab = 2 if sc.dtype in ("bf16", "fp16", "fp8") else 4
+    ab = W.act_bytes(sc.dtype)
 
     def stage(j: int):
         for i in range(K):

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..config.dit_arch import DTYPE_BYTES, TIME_FREQ_DIM, SD_VAE, DiTArch, TextEncoderArch, VAEArch
-from ..hardware.ops import Op
+from ..config.dit_arch import TIME_FREQ_DIM, SD_VAE, DiTArch, TextEncoderArch, VAEArch
+from ..hardware.ops import DTYPE_BYTES, Op
 
 
-def _act_bytes(dtype: str) -> int:
+def act_bytes(dtype: str) -> int:
+    """Bytes per activation element: FP8 runs keep activations in BF16."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {dtype!r}")
     return 2 if dtype == "fp8" else DTYPE_BYTES[dtype]
@@ -33,14 +34,14 @@ def _act_dtype(dtype: str) -> str:
 
 def _linear(name: str, m: int, n: int, k: int, dtype: str) -> Op:
     """y[m,n] = x[m,k] @ W[k,n]: weights read once, input read, output written."""
-    a = _act_bytes(dtype)
+    a = act_bytes(dtype)
     return Op(name, 2.0 * m * n * k, float(k * n * DTYPE_BYTES[dtype] + (m * k + m * n) * a),
               gemm=(m, n, k), dtype=dtype)
 
 
 def _eltwise(name: str, read: float, written: float, flops_per_elem: float, dtype: str) -> Op:
     """A memory-bound kernel reading ``read`` and writing ``written`` elements."""
-    return Op(name, float(flops_per_elem * written), float((read + written) * _act_bytes(dtype)),
+    return Op(name, float(flops_per_elem * written), float((read + written) * act_bytes(dtype)),
               dtype=_act_dtype(dtype))
 
 
@@ -48,7 +49,7 @@ def _attention(name: str, batch: int, heads: int, q: int, kv: int, head_dim: int
                dtype: str) -> Op:
     """Fused attention: QK^T and PV (4·q·kv·d FLOP per head); reads Q, K, V, writes O."""
     flops = 4.0 * batch * heads * q * kv * head_dim
-    io = batch * heads * head_dim * (2 * q + 2 * kv) * _act_bytes(dtype)
+    io = batch * heads * head_dim * (2 * q + 2 * kv) * act_bytes(dtype)
     return Op(name, flops, float(io), dtype=_act_dtype(dtype))
 
 
@@ -321,7 +322,7 @@ def dit_memory(arch: DiTArch, dtype: str = "bf16", *, text_encoders: bool = Fals
 
 def activation_bytes(arch: DiTArch, tokens: int, batch: int = 1, dtype: str = "bf16") -> float:
     """The hidden-state tensor of ``tokens`` tokens: what one pipeline stage hands the next."""
-    return float(batch * tokens * arch.hidden * _act_bytes(dtype))
+    return float(batch * tokens * arch.hidden * act_bytes(dtype))
 
 
 def peak_activation_bytes(arch: DiTArch, tokens: int, batch: int = 1,
@@ -335,14 +336,14 @@ def peak_activation_bytes(arch: DiTArch, tokens: int, batch: int = 1,
     widest = 2 * D + 2 * F
     if any(k == "single" for k, _ in arch.segments):
         widest = max(widest, D + 3 * inner + F + (inner + F) * 2)
-    return float(batch * tokens * widest * _act_bytes(dtype))
+    return float(batch * tokens * widest * act_bytes(dtype))
 
 
 def kv_bytes(arch: DiTArch, tokens: int, layers: int, batch: int = 1, dtype: str = "bf16",
              tp: int = 1) -> float:
     """K and V of ``tokens`` tokens over ``layers`` layers per GPU (stale-KV buffers)."""
     return float(2 * batch * tokens * _split(arch.inner, tp, "heads*head_dim") * layers
-                 * _act_bytes(dtype))
+                 * act_bytes(dtype))
 
 
 # ---- text encoders -------------------------------------------------------------------------

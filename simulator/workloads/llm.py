@@ -11,28 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..hardware.collectives import p2p_time, ring_allreduce_time
+from ..hardware.collectives import allreduce_time, p2p_time
 from ..hardware.gpu import GPU
-from ..hardware.ops import Op
+from ..hardware.ops import DTYPE_BYTES, Op
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 KERNELS_PER_LAYER = 9
 LOGIT_BYTES = 4
-
-
-def allreduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
-    """All-reduce by the fastest of the algorithms serving engines pick from.
-
-    Ring (2(n-1) neighbour steps); one-shot (every GPU reads all peers' buffers, then
-    reduces: two latencies, (n-1) buffers in); two-shot (reduce-scatter then all-gather
-    with direct peer access: two latencies, 2(n-1)/n buffers in). The last two are
-    TensorRT-LLM's custom all-reduce strategies on a switched fabric.
-    """
-    if n <= 1:
-        return 0.0
-    one_shot = 2 * latency + (n - 1) * nbytes / bandwidth
-    two_shot = 2 * latency + 2 * (n - 1) / n * nbytes / bandwidth
-    return min(ring_allreduce_time(nbytes, n, bandwidth, latency), one_shot, two_shot)
 
 
 @dataclass(frozen=True)
