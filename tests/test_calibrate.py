@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
-from simulator.calibrate.fit import base_values, fit, predict, profile_dict, read_measurements, write_profile
+from simulator.calibrate.fit import (base_values, default_params, fit, predict, profile_dict, read_measurements,
+                                    write_profile)
 from simulator.errors import ConfigError
 
 TRUE = {"matmul": 0.72, "hbm": 0.76, "schedule_per_step": 150e-6, "detokenize_per_token": 3.1e-6,
@@ -103,3 +105,74 @@ def test_cli_exits_2_on_bad_csv(tmp_path, capsys):
     p.write_text("model,metric\n")
     assert main(["calibrate", str(p), "--hardware", "a100-sxm-80g"]) == 2
     assert "m.csv" in capsys.readouterr().err
+
+
+# ---- DiT rows: image latency, with the eager launch cost fitted too ------------------------
+
+DIT_TRUE = {"matmul": 0.75, "hbm": 0.70, "launch_overhead": 30e-6}
+DIT_COLS = ["model", "kind", "resolution", "steps", "cfg", "hardware.cuda_graphs", "delivery.vae", "delivery.format",
+            "parallel.ulysses", "parallel.tensor", "metric", "measured"]
+DIT_ROWS = [  # GPU-bound (matmul, hbm) and launch-bound (8 GPUs at 1024) rows
+    {"resolution": 1024, "parallel.ulysses": 8},
+    {"resolution": 1024, "parallel.tensor": 8},
+    {"resolution": 2048},
+    {"resolution": 1024},
+]
+
+
+@pytest.fixture(scope="module")
+def dit_synthetic(tmp_path_factory):
+    """Image latencies made by the simulator at known GPU figures, fitted from a start profile."""
+    d = tmp_path_factory.mktemp("dit")
+    start_profile = d / "start.yaml"
+    start_profile.write_text("gpu: {base: a100-sxm-80g, launch_overhead: 20 us}\n")
+    path = d / "dit.csv"
+    _write(path, [{"model": "pixart-alpha", "kind": "dit", "steps": 3, "cfg": "true", "hardware.cuda_graphs": "false",
+                   "delivery.vae": "false", "delivery.format": "latent", "metric": "latency_s", "measured": 1.0, **r} for r in DIT_ROWS], DIT_COLS)
+    rows = read_measurements(path)
+    hw = str(start_profile)
+    start = base_values(hw)
+    for m, y in zip(rows, predict(rows, hw, "reference", {**start, **DIT_TRUE}, start)):
+        m.measured = float(y)
+    params = tuple(p for p in default_params(rows) if p.name in DIT_TRUE)
+    return rows, fit(rows, hw, params=params)
+
+
+def test_dit_rows_fit_the_launch_cost_and_llm_rows_do_not(dit_synthetic, synthetic):
+    assert "launch_overhead" in {p.name for p in default_params(dit_synthetic[0])}
+    assert "launch_overhead" not in {p.name for p in default_params(synthetic[0])}
+
+
+@pytest.mark.parametrize("name", sorted(DIT_TRUE))
+def test_dit_round_trip_recovers_parameters_within_2_percent(dit_synthetic, name):
+    _, result = dit_synthetic
+    assert result.identifiable[name]
+    assert result.values[name] == pytest.approx(DIT_TRUE[name], rel=0.02)
+
+
+def test_max_iter_0_only_evaluates(tmp_path, capsys):
+    from simulator.cli import main
+
+    p = tmp_path / "m.csv"
+    _write(p, [{"model": "pixart-alpha", "kind": "dit", "steps": 2, "resolution": 1024, "metric": "latency_s",
+                "measured": 1.0}], ["model", "kind", "steps", "resolution", "metric", "measured"])
+    assert main(["calibrate", str(p), "--hardware", "a100-sxm-80g", "--max-iter", "0", "--quiet",
+                 "--out", str(tmp_path / "out.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("evaluated 1 rows") and "fitted" not in out.splitlines()[1]
+    assert not (tmp_path / "out.yaml").exists()
+
+
+REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+SPLIT = Path(__file__).resolve().parents[1] / "scenarios" / "calibration"
+
+
+@pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present")
+def test_held_out_split_covers_each_published_row_once():
+    """docs/calibration.md's held-out check: the two halves together are dit_latency.csv's numeric rows."""
+    with open(REF / "dit_latency.csv") as f:
+        published = sorted(float(r["latency_s"]) for r in csv.DictReader(f) if r["latency_s"] != "OOM")
+    halves = [read_measurements(SPLIT / n) for n in ("pixart_a100_fit.csv", "pixart_a100_holdout.csv")]
+    assert sorted(m.measured for h in halves for m in h) == published
+    for half in halves:  # every resolution appears in both halves
+        assert {m.overrides["resolution"] for m in half} == {1024, 2048, 4096, 8192}

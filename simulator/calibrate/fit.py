@@ -7,10 +7,12 @@ steps; a parameter no row is sensitive to is held at its starting value and repo
 
 CSV format (one measured run per row; ``#`` lines are comments):
 
-- ``metric`` (required): ``tpot_ms``, ``ttft_ms``, ``itl_ms``, ``e2e_ms`` (means) or
-  ``output_tokens_per_s``;
+- ``metric`` (required): ``tpot_ms``, ``ttft_ms``, ``itl_ms``, ``e2e_ms`` (means),
+  ``output_tokens_per_s``, or ``latency_s`` (mean image latency of a ``kind: dit`` row);
 - ``measured`` (required): the measured value in that metric's unit;
 - ``model`` (required): a catalog model (``llama-2-7b``, ...);
+- ``kind``: ``llm`` (default) or ``dit``; DiT rows take ``resolution``, ``steps``, ``cfg`` and
+  dotted keys (``parallel.pipefusion``, ``delivery.vae``);
 - optional shorthands: ``dtype``, ``tp``, ``pp``, ``prompt_tokens``, ``output_tokens``,
   ``batch`` (that many requests, all arriving at once), ``requests``, ``rate`` (requests/s,
   Poisson), ``max_batch``, ``detokenizer``, ``overlap``, ``stream_interval``, ``cuda_graphs``;
@@ -38,6 +40,7 @@ METRIC_PATHS = {
     "itl_ms": ("itl_ms", "mean"),
     "e2e_ms": ("e2e_ms", "mean"),
     "output_tokens_per_s": ("throughput", "output_tokens_per_s"),
+    "latency_s": ("latency_s", "mean"),
 }
 SHORTHANDS = {
     "dtype": "dtype", "tp": "parallel.tp", "pp": "parallel.pp",
@@ -45,10 +48,11 @@ SHORTHANDS = {
     "requests": "workload.requests", "rate": "workload.rate", "max_batch": "serving.max_batch",
     "detokenizer": "serving.detokenizer", "overlap": "serving.overlap",
     "stream_interval": "serving.stream_interval", "cuda_graphs": "hardware.cuda_graphs",
+    "kind": "kind", "resolution": "resolution", "steps": "steps", "cfg": "cfg", "text_encode": "text_encode",
 }
 IGNORED = {"source", "note", "notes", "case"}
 INT_KEYS = {"parallel.tp", "parallel.pp", "workload.prompt_tokens", "workload.output_tokens", "workload.requests",
-            "serving.max_batch", "serving.stream_interval"}
+            "serving.max_batch", "serving.stream_interval", "steps"}
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,10 @@ class Param:
     section: str  # "gpu" or "cpu"
     lower: float
     upper: float
-    unit: str  # "" for fractions, "s" for CPU costs
+    unit: str  # "" for fractions, "s" for times
 
     def step(self, x: float) -> float:
-        return max(0.01 * abs(x), 0.002 if self.section == "gpu" else 0.1e-6)
+        return max(0.01 * abs(x), 0.002 if self.unit == "" else 0.1e-6)
 
 
 PARAMS = (
@@ -72,6 +76,16 @@ PARAMS = (
     Param("detokenize_per_token", "cpu", 0.0, 1e-3, "s"),
     Param("stream_per_chunk", "cpu", 0.0, 1e-3, "s"),
 )
+# The CPU cost of one eager kernel launch; fitted when some row runs eager (a DiT row, or
+# ``cuda_graphs: false``), where it sets how soon small per-GPU shares become CPU-bound.
+LAUNCH = Param("launch_overhead", "gpu", 0.0, 200e-6, "s")
+
+
+def default_params(measurements: list[Measurement]) -> tuple[Param, ...]:
+    """The five serving parameters, plus the launch cost when any row runs eager kernels."""
+    eager = any(m.overrides.get("kind") == "dit" or m.overrides.get("hardware.cuda_graphs") is False
+                for m in measurements)
+    return PARAMS + (LAUNCH,) if eager else PARAMS
 
 
 @dataclass
@@ -182,7 +196,7 @@ def base_values(hardware: str, cpu: str = "reference") -> dict:
     sc = load_scenario({"model": "llama-2-7b", "hardware": {"gpu": hardware, "cpu": cpu}})
     gpu, c = sc.hardware.gpu, sc.hardware.cpu
     return {"matmul": gpu.achievable.matmul, "matmul_fp8": gpu.achievable.matmul_fp8, "hbm": gpu.achievable.hbm,
-            "schedule_per_step": c.schedule_per_step, "detokenize_per_token": c.detokenize_per_token,
+            "launch_overhead": gpu.launch_overhead, "schedule_per_step": c.schedule_per_step, "detokenize_per_token": c.detokenize_per_token,
             "stream_per_chunk": c.stream_per_chunk, "gpu_name": gpu.name}
 
 
@@ -190,7 +204,8 @@ def hardware_sections(hardware: str, cpu: str, values: dict, start: dict) -> tup
     """The ``gpu`` and ``cpu`` profile sections for ``values`` (FP8 fraction scaled with the BF16 one)."""
     fp8 = min(1.0, start["matmul_fp8"] * values["matmul"] / start["matmul"])
     gpu = {"base": hardware, "achievable": {"matmul": float(values["matmul"]), "matmul_fp8": float(fp8),
-                                            "hbm": float(values["hbm"])}}
+                                            "hbm": float(values["hbm"])},
+           "launch_overhead": float(values["launch_overhead"])}
     cpu_sec = {"base": cpu, **{k: float(values[k]) for k in ("schedule_per_step", "detokenize_per_token",
                                                               "stream_per_chunk")}}
     return gpu, cpu_sec
@@ -203,8 +218,9 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
     gpu, cpu_sec = hardware_sections(hardware, cpu, values, start)
     out = np.empty(len(measurements))
     for i, m in enumerate(measurements):
-        raw = {"model": m.overrides["model"], "hardware": {"gpu": gpu, "cpu": cpu_sec}, "record_spans": False}
-        ov = {k: v for k, v in m.overrides.items() if k != "model"}
+        raw = {"kind": m.overrides.get("kind", "llm"), "model": m.overrides["model"],
+               "hardware": {"gpu": gpu, "cpu": cpu_sec}, "record_spans": False}
+        ov = {k: v for k, v in m.overrides.items() if k not in ("model", "kind")}
         try:
             s = run(raw, ov).summary
         except ConfigError as exc:
@@ -219,9 +235,10 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
 
 
 def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", max_iter: int = 25,
-        tol: float = 1e-6, params: tuple[Param, ...] = PARAMS,
+        tol: float = 1e-6, params: tuple[Param, ...] | None = None,
         progress: Callable[[str], None] | None = None) -> FitResult:
     """Bounded Levenberg-Marquardt on relative residuals; returns the fitted values and residuals."""
+    params = default_params(measurements) if params is None else params
     start = base_values(hardware, cpu)
     y = np.array([m.measured for m in measurements])
     x = np.array([start[p.name] for p in params], dtype=float)
@@ -299,6 +316,7 @@ def profile_dict(result: FitResult, hardware: str, cpu: str, source: str, comman
     start = base_values(hardware, cpu)
     gpu, cpu_sec = hardware_sections(hardware, cpu, {**start, **result.values}, start)
     gpu["achievable"] = {k: round(v, 4) for k, v in gpu["achievable"].items()}
+    gpu["launch_overhead"] = _fmt_seconds(gpu["launch_overhead"])
     cpu_out = {"name": f"calibrated-{Path(source).stem}", "base": cpu,
                **{k: _fmt_seconds(cpu_sec[k]) for k in ("schedule_per_step", "detokenize_per_token",
                                                          "stream_per_chunk")},
