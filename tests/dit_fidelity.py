@@ -21,19 +21,41 @@ launch range in ../shared/reference/README.md (HolisticTraceAnalysis docs); the 
 5 us is the low end, for a C++ launch path. The legacy runs are eager (no CUDA graphs)."""
 
 
+LEGACY_WARMUP_FLAG = 4
+"""xDiT legacy's ``--warmup_steps`` default (legacy/scripts/run.py), used where a run records none."""
+
+
+def legacy_sync_steps(flag: int) -> int:
+    """Synchronous full-image steps that xDiT legacy runs for ``--warmup_steps flag``: flag + 1.
+
+    PipeFusion: legacy/pipefuser/pipelines/pip/distri_pixartalpha.py takes
+    ``warmup_timesteps = timesteps[: warmup_steps + 1]``; DistriFusion:
+    legacy/pipefuser/modules/dit/patch_parallel/attn.py all-gathers synchronously while
+    ``counter <= warmup_steps``. The simulator's ``parallel.warmup_steps`` counts the steps.
+    """
+    return flag + 1
+
+
 def reference_rows(name: str) -> list[dict]:
     with open(REF / name) as f:
         return list(csv.DictReader(f))
 
 
 def legacy_scenario(gpu: str, resolution: int, strategy: str, degree: int, steps: int = 20,
-                    patches: int | None = None, warmup: int = 1, **extra):
-    """The published xDiT legacy PixArt-alpha run: CFG on (batch 2), eager PyTorch, latent out."""
+                    patches: int | None = None, warmup_flag: int | None = None, **extra):
+    """The published xDiT legacy PixArt-alpha run: CFG on (batch 2), eager PyTorch, latent out.
+
+    ``warmup_flag`` is the run's ``--warmup_steps`` (PipeFusion rows record 1; others the
+    runner's default), translated to synchronous steps by :func:`legacy_sync_steps`.
+    """
     parallel: dict = {}
     if strategy != "single":
         parallel[_STRATEGY_KEY[strategy]] = degree
+    if strategy in ("pipefusion", "distrifusion"):
+        flag = warmup_flag if warmup_flag is not None else (1 if strategy == "pipefusion"
+                                                            else LEGACY_WARMUP_FLAG)
+        parallel["warmup_steps"] = legacy_sync_steps(flag)
     if strategy == "pipefusion":
-        parallel["warmup_steps"] = warmup
         if patches is not None:
             parallel["patches"] = patches
     raw = {
