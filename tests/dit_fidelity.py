@@ -55,6 +55,8 @@ def legacy_scenario(gpu: str, resolution: int, strategy: str, degree: int, steps
         flag = warmup_flag if warmup_flag is not None else (1 if strategy == "pipefusion"
                                                             else LEGACY_WARMUP_FLAG)
         parallel["warmup_steps"] = legacy_sync_steps(flag)
+    if strategy == "tensor":  # legacy/pipefuser/models/distri_dit_tp.py splits attn1 and the FFN only
+        parallel["tensor_cross_attention"] = "replicated"
     if strategy == "pipefusion":
         if patches is not None:
             parallel["patches"] = patches

@@ -242,4 +242,4 @@ def test_unfused_elementwise_census_only_for_diffusers_basic_blocks():
     assert unfused("extra_passes_per_block", "self") == 14
     assert unfused("extra_passes_per_block", "joint") == 0
     assert unfused("extra_passes_per_block", "single") == 0
-    assert unfused("tp_bias_passes_per_block", "cross") == 6
+    assert unfused("tp_bias_passes_per_split_module") == 2

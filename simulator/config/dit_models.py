@@ -79,6 +79,9 @@ class DiTParallel(Strict):
     patches: Optional[PositiveInt] = None
     warmup_steps: int = Field(1, ge=0)
     vae_parallel: bool = False
+    # "replicated": every tensor-parallel rank runs the whole cross-attention and only the
+    # self-attention and MLP are split (xDiT legacy's DistriDiTTP wraps attn1 and the FFN only)
+    tensor_cross_attention: Literal["split", "replicated"] = "split"
 
     @property
     def gpus(self) -> int:

@@ -141,7 +141,8 @@ class DiTModel:
         n_layers = l1 - l0
         q = q_total // lay.sp
         S = self.tokens
-        ops = W.stage_ops(arch, l0, l1, q, S, b, self.sc.dtype, lay.tensor)
+        cross_tp = self.sc.parallel.tensor_cross_attention == "split"
+        ops = W.stage_ops(arch, l0, l1, q, S, b, self.sc.dtype, lay.tensor, cross_tp=cross_tp)
         bw, lat = self.link.bandwidth, self.link.latency
         comm = comm_bytes = 0.0
         # ops the Python process dispatches for this task (eager mode; see dit_cost)
@@ -160,9 +161,13 @@ class DiTModel:
                            for i in range(l0, l1) if arch.layer_kind(i) == "cross")
         # diffusers BasicTransformerBlock's separate element-wise kernels (kernels.yaml
         # diffusers_unfused), on this GPU's b x q tokens; TP's bias adds on the full tensor
-        passes = sum(unfused("extra_passes_per_block", arch.layer_kind(i))
-                     + (unfused("tp_bias_passes_per_block", arch.layer_kind(i))
-                        if lay.tensor > 1 else 0) for i in range(l0, l1))
+        # modules split by tensor parallelism per block, each closed by an all-reduce
+        split = {k: (2 + (k == "cross" and cross_tp)) if lay.tensor > 1 else 0
+                 for k in {arch.layer_kind(i) for i in range(l0, l1)}}
+        legacy_tp = sum(split[arch.layer_kind(i)] for i in range(l0, l1)
+                        if arch.layer_kind(i) in ("cross", "self"))
+        passes = (sum(unfused("extra_passes_per_block", arch.layer_kind(i)) for i in range(l0, l1))
+                  + legacy_tp * unfused("tp_bias_passes_per_split_module"))
         if passes:
             x = b * q * arch.hidden
             ops = ops + [Op("unfused_eltwise", float(x), float(passes * x * ab))]
@@ -191,14 +196,13 @@ class DiTModel:
             elems = b * q * inner // lay.ulysses
             ops = ops + [Op("ring_merge", 5.0 * elems, 38.0 * elems, count=n_layers * (r - 1))]
             cpu_ops += n_layers * r * eager_ops("ops_per_ring_pass")
-        if lay.tensor > 1:  # all-reduce after attention, (cross-attention), MLP
+        if lay.tensor > 1:  # all-reduce after each split module: attention, MLP (cross-attention)
             t = lay.tensor
-            per_block = 3 if arch.text_mode == "cross" else 2
+            n_ar = sum(split[arch.layer_kind(i)] for i in range(l0, l1))
             nb = b * q * arch.hidden * ab
-            comm += n_layers * per_block * ring_allreduce_time(nb, t, self.allreduce_bw, lat)
-            comm_bytes += n_layers * per_block * 2 * (t - 1) / t * nb
-            cpu_ops += n_layers * per_block * coll
-            cpu_ops += sum(unfused("tp_ops_per_block", arch.layer_kind(i)) for i in range(l0, l1))
+            comm += n_ar * ring_allreduce_time(nb, t, self.allreduce_bw, lat)
+            comm_bytes += n_ar * 2 * (t - 1) / t * nb
+            cpu_ops += n_ar * coll + legacy_tp * unfused("tp_ops_per_split_module")
         if lay.distri > 1:
             cpu_ops += n_layers * eager_ops("distrifusion_ops_per_layer")
             # legacy patch_parallel/attn.py: every self-attention layer torch.cat()s the n
@@ -225,6 +229,11 @@ class DiTModel:
         ab = self.act_bytes
         S = self.tokens
         params = arch.params * wbytes / (lay.pp * lay.tensor)
+        if lay.tensor > 1 and sc.parallel.tensor_cross_attention == "replicated":
+            # each rank holds the whole cross-attention (q, k, v, out: 4·D·inner per layer)
+            n_cross = sum(arch.layer_kind(i) == "cross" for i in range(arch.num_layers))
+            params += (n_cross * 4 * arch.hidden * arch.inner * wbytes * (1 - 1 / lay.tensor)
+                       / lay.pp)
         if sc.text_encode:
             params += sum(e.params for e in arch.text_encoders) * ab
         if sc.delivery.vae:

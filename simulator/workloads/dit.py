@@ -128,7 +128,7 @@ def _stream_post(p: str, arch: DiTArch, tokens: int, dtype: str, tp: int) -> lis
 def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
               dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None, *,
               kind: str | None = None, text_stream: bool = True,
-              context_pre_only: bool = False) -> list[Op]:
+              context_pre_only: bool = False, cross_tp: bool = True) -> list[Op]:
     """Operators of one transformer block, per GPU, for ``q_tokens`` image tokens per sample.
 
     The image queries attend to ``kv_tokens`` image keys/values (``kv_tokens > q_tokens`` for a
@@ -138,7 +138,9 @@ def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
     (SD3/FLUX), whose K/V every query also attends to. ``text_stream=False`` skips the text
     tokens' own projections and MLP (their K/V assumed computed once and cached, e.g. by
     another patch). ``tp`` splits heads and MLP columns; adaLN modulation and norms are
-    replicated. ``kind`` picks the block kind where a model has several (FLUX).
+    replicated, and so is a cross-attention with ``cross_tp=False`` (every rank runs all of it,
+    as xDiT legacy's tensor parallel does). ``kind`` picks the block kind where a model has
+    several (FLUX).
     """
     kinds = {k for k, _ in arch.segments}
     if kind is None:
@@ -164,11 +166,12 @@ def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
         ops.append(_attention("self_attn", batch, heads, q_tokens, kv_tokens, arch.head_dim, dtype))
         post = _stream_post("", arch, bq, dtype, tp)
         if kind == "cross":  # PixArt: x = x + CrossAttn(x, text), no norm, between attn and MLP
-            cross = [_linear("cross_q", bq, inner_tp, D, dtype)]
+            c_heads, c_inner = (heads, inner_tp) if cross_tp else (arch.heads, arch.inner)
+            cross = [_linear("cross_q", bq, c_inner, D, dtype)]
             if text_stream:
-                cross.append(_linear("cross_kv", bT, 2 * inner_tp, D, dtype))
-            cross += [_attention("cross_attn", batch, heads, q_tokens, T, arch.head_dim, dtype),
-                      _linear("cross_out", bq, D, inner_tp, dtype),
+                cross.append(_linear("cross_kv", bT, 2 * c_inner, D, dtype))
+            cross += [_attention("cross_attn", batch, c_heads, q_tokens, T, arch.head_dim, dtype),
+                      _linear("cross_out", bq, D, c_inner, dtype),
                       _eltwise("cross_residual", 2 * bq * D, bq * D, 1, dtype)]
             post = post[:2] + cross + post[2:]
         return ops + post
@@ -203,12 +206,12 @@ def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
 
 def layer_ops(arch: DiTArch, layer_index: int, q_tokens: int, kv_tokens: int, batch: int = 1,
               dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None, *,
-              text_stream: bool = True) -> list[Op]:
+              text_stream: bool = True, cross_tp: bool = True) -> list[Op]:
     """Operators of layer ``layer_index`` (its block kind and, for SD3's last block, no text MLP)."""
     kind = arch.layer_kind(layer_index)
     last = layer_index == arch.num_layers - 1
     return block_ops(arch, q_tokens, kv_tokens, batch, dtype, tp, text_tokens, kind=kind,
-                     text_stream=text_stream,
+                     text_stream=text_stream, cross_tp=cross_tp,
                      context_pre_only=arch.context_pre_only_last and last and kind == "joint")
 
 
@@ -253,7 +256,7 @@ def final_ops(arch: DiTArch, q_tokens: int, batch: int = 1, dtype: str = "bf16")
 
 def stage_ops(arch: DiTArch, start: int, stop: int, q_tokens: int, kv_tokens: int,
               batch: int = 1, dtype: str = "bf16", tp: int = 1, text_tokens: int | None = None,
-              *, text_stream: bool = True) -> list[Op]:
+              *, text_stream: bool = True, cross_tp: bool = True) -> list[Op]:
     """Operators of a pipeline stage holding layers [start, stop), identical blocks folded by count.
 
     The stage that holds layer 0 also runs the embeddings; the one holding the last layer, the
@@ -276,7 +279,7 @@ def stage_ops(arch: DiTArch, start: int, stop: int, q_tokens: int, kv_tokens: in
     for _, first, n in runs:
         ops += [replace(op, count=op.count * n) for op in
                 layer_ops(arch, first, q_tokens, kv_tokens, batch, dtype, tp, text_tokens,
-                          text_stream=text_stream)]
+                          text_stream=text_stream, cross_tp=cross_tp)]
     if stop == arch.num_layers:
         ops += final_ops(arch, q_tokens, batch, dtype)
     return merge_ops(ops)
