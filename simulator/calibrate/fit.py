@@ -48,7 +48,8 @@ SHORTHANDS = {
     "requests": "workload.requests", "rate": "workload.rate", "max_batch": "serving.max_batch",
     "detokenizer": "serving.detokenizer", "overlap": "serving.overlap",
     "stream_interval": "serving.stream_interval", "cuda_graphs": "hardware.cuda_graphs",
-    "kind": "kind", "resolution": "resolution", "steps": "steps", "cfg": "cfg", "text_encode": "text_encode",
+    "kind": "kind", "resolution": "resolution", "steps": "steps", "cfg": "cfg",
+    "text_encode": "text_encode",
 }
 IGNORED = {"source", "note", "notes", "case"}
 INT_KEYS = {"parallel.tp", "parallel.pp", "workload.prompt_tokens", "workload.output_tokens", "workload.requests",
@@ -196,8 +197,9 @@ def base_values(hardware: str, cpu: str = "reference") -> dict:
     sc = load_scenario({"model": "llama-2-7b", "hardware": {"gpu": hardware, "cpu": cpu}})
     gpu, c = sc.hardware.gpu, sc.hardware.cpu
     return {"matmul": gpu.achievable.matmul, "matmul_fp8": gpu.achievable.matmul_fp8, "hbm": gpu.achievable.hbm,
-            "launch_overhead": gpu.launch_overhead, "schedule_per_step": c.schedule_per_step, "detokenize_per_token": c.detokenize_per_token,
-            "stream_per_chunk": c.stream_per_chunk, "gpu_name": gpu.name}
+            "launch_overhead": gpu.launch_overhead, "schedule_per_step": c.schedule_per_step,
+            "detokenize_per_token": c.detokenize_per_token, "stream_per_chunk": c.stream_per_chunk,
+            "gpu_name": gpu.name}
 
 
 def hardware_sections(hardware: str, cpu: str, values: dict, start: dict) -> tuple[dict, dict]:

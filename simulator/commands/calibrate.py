@@ -14,9 +14,10 @@ MEASUREMENTS.csv: one measured run per row; '#' lines are comments.
   required columns: model (catalog name), metric, measured
   metric: tpot_ms | ttft_ms | itl_ms | e2e_ms (means, ms) | output_tokens_per_s
           | latency_s (mean image latency of a kind=dit row)
-  optional: kind (llm|dit), resolution, steps, cfg, text_encode, dtype, tp, pp, prompt_tokens, output_tokens, batch (N requests arriving at once),
+  optional: dtype, tp, pp, prompt_tokens, output_tokens, batch (N requests arriving at once),
             requests, rate (req/s, Poisson), max_batch, detokenizer, overlap, stream_interval,
-            cuda_graphs, any dotted scenario key (serving.max_batched_tokens), source, note
+            cuda_graphs, any dotted scenario key (serving.max_batched_tokens), source, note;
+            DiT rows: kind=dit, resolution, steps, cfg, text_encode, dotted parallel.* keys
 example:
   model,tp,prompt_tokens,output_tokens,batch,metric,measured,source
   llama-2-7b,1,5,200,1,tpot_ms,9.53,gpt-fast README

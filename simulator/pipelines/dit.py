@@ -159,11 +159,12 @@ class DiTModel:
         else:  # diffusers' own cross attention: text K/V and mask recomputed every call
             cpu_ops += sum(unfused("uncached_cross_ops_per_block")
                            for i in range(l0, l1) if arch.layer_kind(i) == "cross")
+        # modules split by tensor parallelism per block (attention, MLP, and a split
+        # cross-attention), each closed by an all-reduce
+        split = {k: 2 + int(k == "cross" and cross_tp) if lay.tensor > 1 else 0
+                 for k in {arch.layer_kind(i) for i in range(l0, l1)}}
         # diffusers BasicTransformerBlock's separate element-wise kernels (kernels.yaml
         # diffusers_unfused), on this GPU's b x q tokens; TP's bias adds on the full tensor
-        # modules split by tensor parallelism per block, each closed by an all-reduce
-        split = {k: (2 + (k == "cross" and cross_tp)) if lay.tensor > 1 else 0
-                 for k in {arch.layer_kind(i) for i in range(l0, l1)}}
         legacy_tp = sum(split[arch.layer_kind(i)] for i in range(l0, l1)
                         if arch.layer_kind(i) in ("cross", "self"))
         passes = (sum(unfused("extra_passes_per_block", arch.layer_kind(i)) for i in range(l0, l1))
