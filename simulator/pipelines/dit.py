@@ -150,10 +150,11 @@ class DiTModel:
         # Python-level calls that launch nothing (views, module calls), at dispatch_overhead
         light = sum(eager_ops("dispatch_only_per_block", arch.layer_kind(i))
                     for i in range(l0, l1))
+        cpu_ops += eager_ops("ops_per_forward_prologue")  # on every stage (see kernels.yaml)
         if l0 == 0:
-            cpu_ops += eager_ops("ops_per_forward")
+            cpu_ops += eager_ops("ops_per_patch_embed")
         if l1 == arch.num_layers:
-            cpu_ops += eager_ops("ops_per_step")
+            cpu_ops += eager_ops("ops_per_final_layer") + eager_ops("ops_per_step")
         if lay.pp > 1:  # receive this patch's input, send its output
             cpu_ops += 2 * eager_ops("ops_per_p2p")
         else:  # diffusers' own cross attention: text K/V and mask recomputed every call
