@@ -25,6 +25,7 @@ test: $(STAMP)
 ## The speed benchmark (an explicit command, never part of the tests).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_trace.py
+	$(BIN)/python benchmarks/dit_pipefusion.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
