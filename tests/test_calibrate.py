@@ -127,8 +127,9 @@ def dit_synthetic(tmp_path_factory):
     start_profile = d / "start.yaml"
     start_profile.write_text("gpu: {base: a100-sxm-80g, launch_overhead: 20 us}\n")
     path = d / "dit.csv"
-    _write(path, [{"model": "pixart-alpha", "kind": "dit", "steps": 3, "cfg": "true", "hardware.cuda_graphs": "false",
-                   "delivery.vae": "false", "delivery.format": "latent", "metric": "latency_s", "measured": 1.0, **r} for r in DIT_ROWS], DIT_COLS)
+    common = {"model": "pixart-alpha", "kind": "dit", "steps": 3, "cfg": "true", "hardware.cuda_graphs": "false",
+              "delivery.vae": "false", "delivery.format": "latent", "metric": "latency_s", "measured": 1.0}
+    _write(path, [{**common, **r} for r in DIT_ROWS], DIT_COLS)
     rows = read_measurements(path)
     hw = str(start_profile)
     start = base_values(hw)
