@@ -177,3 +177,15 @@ def test_held_out_split_covers_each_published_row_once():
     assert sorted(m.measured for h in halves for m in h) == published
     for half in halves:  # every resolution appears in both halves
         assert {m.overrides["resolution"] for m in half} == {1024, 2048, 4096, 8192}
+
+
+def test_a_row_the_simulator_rejects_names_file_row_and_key(tmp_path, capsys):
+    from simulator.cli import main
+
+    p = tmp_path / "meas.csv"
+    p.write_text("model,kind,resolution,metric,measured\npixart-alpha,dit,1000,latency_s,1.0\n")
+    assert main(["calibrate", str(p), "--hardware", "a100-sxm-80g", "--quiet",
+                 "--out", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "meas.csv: row 2, resolution:" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out.yaml").exists()

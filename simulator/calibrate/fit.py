@@ -97,6 +97,7 @@ class Measurement:
     overrides: dict
     metric: str
     measured: float
+    source: str | None = None  # the measurements file, for error messages
 
 
 @dataclass
@@ -184,7 +185,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
             ov["workload.arrival"] = "poisson"
         ov.setdefault("workload.arrival", "all_at_once")
         ov.setdefault("workload.requests", 1)
-        out.append(Measurement(i, ov, metric, measured))
+        out.append(Measurement(i, ov, metric, measured, str(p)))
     if not out:
         raise ConfigError("no measured rows", file=str(p))
     return out
@@ -226,12 +227,14 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
         try:
             s = run(raw, ov).summary
         except ConfigError as exc:
-            raise ConfigError(f"row {m.row}: {exc.message}", path=exc.path) from None
+            where = f"row {m.row}, {exc.path}" if exc.path else f"row {m.row}"
+            raise ConfigError(exc.message, file=m.source, path=where) from None
         node: Any = s
         for k in METRIC_PATHS[m.metric]:
             node = node.get(k) if isinstance(node, dict) else None
         if node is None:
-            raise ConfigError(f"row {m.row}: the simulated run produced no {m.metric} (no request completed?)")
+            raise ConfigError(f"the simulated run produced no {m.metric} (no request completed?)",
+                              file=m.source, path=f"row {m.row}")
         out[i] = float(node)
     return out
 
