@@ -55,14 +55,13 @@ def main(args) -> int:
     rows = read_measurements(args.measurements)
     say = None if args.quiet else (lambda s: print(s, file=sys.stderr))
     result = fit(rows, args.hardware, args.cpu, max_iter=args.max_iter, progress=say)
-    command = "lastmile calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else \
-        f"lastmile calibrate {args.measurements} --hardware {args.hardware}"
     evaluate_only = args.max_iter == 0
-    if not evaluate_only:
-        write_profile(args.out, profile_dict(result, args.hardware, args.cpu, args.measurements, command))
     if evaluate_only:
         print(f"evaluated {len(rows)} rows on {args.hardware} (no fit: --max-iter 0)")
     else:
+        command = "lastmile calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 \
+            else f"lastmile calibrate {args.measurements} --hardware {args.hardware}"
+        write_profile(args.out, profile_dict(result, args.hardware, args.cpu, args.measurements, command))
         print(f"fitted {len(rows)} rows on {args.hardware} in {result.iterations} iterations "
               f"({result.runs} simulated runs)")
     print(f"  {'parameter':<22} {'value' if evaluate_only else 'start':>12} {'' if evaluate_only else 'fitted':>12}")

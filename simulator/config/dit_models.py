@@ -89,6 +89,11 @@ class DiTParallel(Strict):
                 * self.distrifusion)
 
     @property
+    def splits_cross_attention(self) -> bool:
+        """Whether tensor parallelism splits the cross-attention's heads too."""
+        return self.tensor_cross_attention == "split"
+
+    @property
     def num_patches(self) -> int:
         """M: given, else the pipeline degree (PipeFusion's usual M = N)."""
         return self.patches if self.patches is not None else self.pipefusion

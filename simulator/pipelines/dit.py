@@ -141,7 +141,7 @@ class DiTModel:
         n_layers = l1 - l0
         q = q_total // lay.sp
         S = self.tokens
-        cross_tp = self.sc.parallel.tensor_cross_attention == "split"
+        cross_tp = self.sc.parallel.splits_cross_attention
         ops = W.stage_ops(arch, l0, l1, q, S, b, self.sc.dtype, lay.tensor, cross_tp=cross_tp)
         bw, lat = self.link.bandwidth, self.link.latency
         comm = comm_bytes = 0.0
@@ -231,7 +231,7 @@ class DiTModel:
         ab = self.act_bytes
         S = self.tokens
         params = arch.params * wbytes / (lay.pp * lay.tensor)
-        if lay.tensor > 1 and sc.parallel.tensor_cross_attention == "replicated":
+        if lay.tensor > 1 and not sc.parallel.splits_cross_attention:
             # each rank holds the whole cross-attention (q, k, v, out: 4·D·inner per layer)
             n_cross = sum(arch.layer_kind(i) == "cross" for i in range(arch.num_layers))
             params += (n_cross * 4 * arch.hidden * arch.inner * wbytes * (1 - 1 / lay.tensor)
