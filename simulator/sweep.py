@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -20,8 +19,9 @@ import pandas as pd
 
 from .config.loader import load_raw, load_scenario
 from .errors import ConfigError, LastmileError
+from .progress import Progress
 
-#: Sweeps with at least this many runs show a progress bar when ``progress`` is left to decide.
+#: Sweeps run from the API show a bar from this many runs when ``progress`` is left to decide.
 PROGRESS_MIN_RUNS = 16
 
 
@@ -104,16 +104,10 @@ def _validate(scenario, overrides: Mapping, jobs: list[dict]) -> list:
     return loaded
 
 
-def _progress_bar(total: int, progress: bool | None):
-    """A tqdm bar (terminal or Jupyter) or None; by default only on long, interactive sweeps."""
-    if progress is None:
-        interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
-        progress = interactive and total >= PROGRESS_MIN_RUNS
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="sweep", unit="run")
+def _progress_bar(total: int, progress: bool | None) -> Progress:
+    """Progress over the sweep's runs: from the command line always (unless -q), from the API only on
+    long interactive sweeps unless ``progress`` says otherwise."""
+    return Progress(total, "sweep", "runs", enabled=progress, min_total=PROGRESS_MIN_RUNS)
 
 
 def _run_local(scenarios: list, workers: int | None, bar) -> list[dict]:
@@ -124,15 +118,13 @@ def _run_local(scenarios: list, workers: int | None, bar) -> list[dict]:
         rows = []
         for sc in scenarios:
             rows.append(run_point(sc))
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
         return rows
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = []
         for row in pool.map(run_point, scenarios, chunksize=1):
             rows.append(row)
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
         return rows
 
 
@@ -155,9 +147,8 @@ def _run_dask(scenarios: list, client, bar) -> list[dict]:
     except ImportError:
         raise LastmileError("running on a cluster needs Dask: pip install 'lastmile-sim[cluster]'") from None
     futures = client.map(run_point, scenarios, pure=False)
-    if bar is not None:
-        for _ in as_completed(futures):
-            bar.update(1)
+    for _ in as_completed(futures):
+        bar.update(1)
     return client.gather(futures)
 
 
@@ -190,8 +181,7 @@ def sweep(scenario: str | Path | Mapping | None,
         else:
             results = _run_local(runnable, workers, bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     results = iter(results)
     rows = []
     for job, sc in zip(jobs, loaded):

@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 
 from .errors import ConfigError
+from .progress import Progress
 
 ROW_COLUMNS = ["family", "case", "metric", "predicted", "measured", "error_pct", "note"]
 TARGET_MEDIAN_PCT = 10.0
@@ -188,13 +189,15 @@ def _image_case(fam: Family, case: Case) -> list[dict]:
                  error_pct=error_pct(pred, float(case.measured)), note=case.note)]
 
 
-def run_family(fam: Family) -> list[dict]:
-    """Predicted vs measured rows of one family."""
+def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
+    """Predicted vs measured rows of one family (``progress`` counts its cases)."""
     rows = []
     for case in fam.cases:
         fn = _image_case if fam.kind == "image_encode" else _simulate_case
         for r in fn(fam, case):
             rows.append({"family": fam.name, "case": case.name, **r})
+        if progress is not None:
+            progress.update(1, fam.name)
     return rows
 
 
@@ -208,7 +211,8 @@ def run_validation(families: Iterable[str] | None = None, directory: str | Path 
         if unknown:
             raise ConfigError(f"unknown validation family {unknown[0]!r}; known: {', '.join(sorted(known))}")
         found = [f for f in found if f.name in wanted]
-    rows = [r for fam in found for r in run_family(fam)]
+    with Progress(sum(len(f.cases) for f in found), "validate", "cases") as progress:
+        rows = [r for fam in found for r in run_family(fam, progress)]
     return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
 

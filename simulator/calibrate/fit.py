@@ -112,6 +112,27 @@ class FitResult:
     iterations: int
     runs: int = 0
     history: list = field(default_factory=list)
+    rank: int | None = None  # independent directions the rows pin down (None: nothing was fitted)
+
+    @property
+    def free(self) -> int:
+        """Parameters some row is sensitive to: the ones the fit moved."""
+        return sum(bool(v) for v in self.identifiable.values())
+
+    @property
+    def underdetermined(self) -> bool:
+        """Whether the rows pin down fewer directions than there are free parameters."""
+        return self.rank is not None and self.rank < self.free
+
+    def underdetermined_message(self) -> str:
+        """One line saying why the fitted values cannot be trusted ('' if they can)."""
+        if not self.underdetermined:
+            return ""
+        n = len(self.measurements)
+        why = (f"{n} rows for {self.free} free parameters" if n < self.free
+               else f"the {n} rows pin down only {self.rank} of {self.free} free parameters")
+        return (f"the fit is under-determined: {why}; the residuals can vanish while the values are "
+                "arbitrary. Add rows sensitive to each parameter (see docs/calibration.md)")
 
     @property
     def residuals_pct(self) -> list[float]:
@@ -266,6 +287,7 @@ def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", 
     identifiable = np.ones(len(params), dtype=bool)
     history = [cost]
     it = 0
+    rank = None
     for it in range(1, max_iter + 1):
         J = np.zeros((len(y), len(params)))
         for j, p in enumerate(params):
@@ -279,6 +301,7 @@ def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", 
         # Scale columns so fractions and microseconds are comparable; drop insensitive parameters.
         scale = np.linalg.norm(J, axis=0)
         identifiable = scale > 1e-9 * max(scale.max(), 1e-30)
+        rank = _rank(J[:, identifiable] / scale[identifiable]) if identifiable.any() else 0
         improved = False
         for _ in range(8):
             Js = J[:, identifiable] / scale[identifiable]
@@ -305,7 +328,18 @@ def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", 
     vals = values_of(x)
     return FitResult(values={p.name: vals[p.name] for p in params}, start={p.name: start[p.name] for p in params},
                      identifiable={p.name: bool(ok) for p, ok in zip(params, identifiable)},
-                     predicted=pred.tolist(), measurements=measurements, iterations=it, runs=runs, history=history)
+                     predicted=pred.tolist(), measurements=measurements, iterations=it, runs=runs, history=history,
+                     rank=rank)
+
+
+#: Singular values below this fraction of the largest count as directions the rows do not pin down.
+RANK_TOL = 1e-4
+
+
+def _rank(J_scaled: np.ndarray) -> int:
+    """Numerical rank of the column-normalised Jacobian (never more than the number of rows)."""
+    sv = np.linalg.svd(J_scaled, compute_uv=False)
+    return int((sv > RANK_TOL * sv.max()).sum()) if sv.size and sv.max() > 0 else 0
 
 
 def _fmt_seconds(v: float) -> str:
@@ -340,6 +374,7 @@ def profile_dict(result: FitResult, hardware: str, cpu: str, source: str, comman
                        for k, v in result.values.items()},
             "held_at_start (no row sensitive to it)": [k for k, ok in result.identifiable.items() if not ok],
             "iterations": result.iterations,
+            **({"warning": result.underdetermined_message()} if result.underdetermined else {}),
             "residuals": rows,
         },
     }

@@ -21,6 +21,8 @@ MEASUREMENTS.csv: one measured run per row; '#' lines are comments.
 example:
   model,tp,prompt_tokens,output_tokens,batch,metric,measured,source
   llama-2-7b,1,5,200,1,tpot_ms,9.53,gpt-fast README
+Fewer independent rows than free parameters leave the fit under-determined: the residuals
+vanish, the values mean nothing, and the output and the profile say so.
 Fitted: achievable.matmul, achievable.hbm (achievable.matmul_fp8 scales with matmul),
 cpu.schedule_per_step, cpu.detokenize_per_token, cpu.stream_per_chunk, and the GPU's
 launch_overhead when a row runs eager (DiT, or cuda_graphs false). A parameter no row is
@@ -43,17 +45,17 @@ def add_arguments(p) -> None:
     p.add_argument("--max-iter", type=int, default=25,
                    help="Levenberg-Marquardt iterations (default: 25; 0 only evaluates the starting profile, "
                         "e.g. a fitted one on held-out rows, and writes nothing)")
-    p.add_argument("--quiet", action="store_true", help="no per-iteration progress")
 
 
 def main(args) -> int:
     from ..calibrate.fit import fit, profile_dict, read_measurements, write_profile
+    from .. import progress
     from ..errors import ConfigError
 
     if args.max_iter < 0:
         raise ConfigError(f"--max-iter must be >= 0, got {args.max_iter}")
     rows = read_measurements(args.measurements)
-    say = None if args.quiet else (lambda s: print(s, file=sys.stderr))
+    say = None if progress.level() == progress.QUIET else (lambda s: print(f"calibrate: {s}", file=sys.stderr))
     result = fit(rows, args.hardware, args.cpu, max_iter=args.max_iter, progress=say)
     evaluate_only = args.max_iter == 0
     if evaluate_only:
@@ -79,6 +81,10 @@ def main(args) -> int:
               f"{100 * (p / m.measured - 1):>+8.2f}%")
     res = [abs(x) for x in result.residuals_pct]
     print(f"\n  |residual|: median {statistics.median(res):.2f}%, max {max(res):.2f}%")
+    warning = result.underdetermined_message()
+    if warning:
+        print(f"\nWARNING: {warning}")
+        print(f"lastmile: warning: {warning}", file=sys.stderr)
     if not evaluate_only:
         print(f"wrote {args.out}; use it with  hardware: {{gpu: {args.out}, cpu: {args.out}}}")
     return 0
