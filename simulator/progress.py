@@ -8,6 +8,7 @@ goes to stderr so that ``--json`` stdout stays clean.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -86,7 +87,7 @@ class Progress:
             self._bar.update(n)
         elif self._lines and (self.done >= self._next_line or self.done >= self.total):
             self._line(note)
-            step = max(1, round(self.total * LINE_STEP))
+            step = max(1, math.ceil(self.total * LINE_STEP))
             self._next_line = (self.done // step + 1) * step
 
     def _line(self, note: str) -> None:

@@ -99,11 +99,21 @@ def _flat(meta: list) -> list:
     return out
 
 
+def _closure_limit(func) -> str | None:
+    """'<= 1 day (86400 s)' from a validator made by ``quantities._at_most(limit, shown)`` (or _at_least)."""
+    qual = getattr(func, "__qualname__", "")
+    op = "<=" if qual.startswith("_at_most.") else ">=" if qual.startswith("_at_least.") else None
+    shown = [c.cell_contents for c in getattr(func, "__closure__", None) or () if isinstance(c.cell_contents, str)]
+    return f"{op} {shown[0]}" if op and shown else None
+
+
 def _bounds(meta: list) -> list[str]:
     out = []
     for m in _flat(meta):
         if isinstance(m, AfterValidator) and getattr(m.func, "__name__", "") in _BOUNDS:
             out.append(_BOUNDS[m.func.__name__])
+        elif isinstance(m, AfterValidator) and (limit := _closure_limit(m.func)):
+            out.append(limit)
         for attr, op in _OPS.items():
             v = getattr(m, attr, None)
             if v is not None and not callable(v):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..api import run
+from ..progress import Progress
 from . import experiments as E
 from . import plots
 
@@ -77,10 +78,17 @@ def run_experiments(scale: Scale) -> dict:
     placements = {f"{name} · {cpu}": {**over, **extra}
                   for cpu, extra in (("reference CPU", {}), (f"{SLOW_FACTOR}x slower detok", slow_cpu()))
                   for name, over in E.PLACEMENTS.items()}
-    data = {"placements": E.llm_concurrency(scale.concurrency, placements)}
-    data["remedies"] = E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu())
-    data["dit"] = E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps})
-    data["token"] = E.token_pipeline(slices=scale.slices)
+    stages = {
+        "placements": lambda: E.llm_concurrency(scale.concurrency, placements),
+        "remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu()),
+        "dit": lambda: E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps}),
+        "token": lambda: E.token_pipeline(slices=scale.slices),
+    }
+    data = {}
+    with Progress(len(stages), "report", "experiments") as bar:
+        for name, experiment in stages.items():
+            data[name] = experiment()
+            bar.update(1, name)
     return data
 
 
