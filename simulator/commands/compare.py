@@ -73,6 +73,14 @@ def _mean_breakdown(path: Path, summary: dict) -> dict:
     return out
 
 
+#: Values smaller than this are rounding noise of a sum (a share of 1e-16) and shown as 0.
+TINY = 1e-12
+
+
+def _clean(v: float | None) -> float | None:
+    return 0.0 if v is not None and abs(v) < TINY else v
+
+
 def _pct(a: float, b: float) -> str:
     if a == 0 or not (math.isfinite(a) and math.isfinite(b)):
         return "-" if a == b else "n/a"
@@ -96,7 +104,7 @@ def side_by_side(names: list[str], values: list[dict], keys: list[str], show_all
         header += [f"{n} - {names[0]}", "%"]
     rows = [header]
     for k in keys:
-        vals = [v.get(k) for v in values]
+        vals = [_clean(v.get(k)) for v in values]
         if not show_all and len({x for x in vals}) <= 1:
             continue
         row = [k, *(_num(x) for x in vals)]
@@ -107,11 +115,16 @@ def side_by_side(names: list[str], values: list[dict], keys: list[str], show_all
     return _table(rows) if len(rows) > 1 else "(no differences)"
 
 
+#: Folder names longer than this (or more than two runs) are shown as A, B, C... with a legend.
+MAX_LABEL = 16
+
+
 def _labels(folders: list[str]) -> list[str]:
-    """Short, distinct names for the runs: the folder names (A, B, ... when they clash)."""
+    """Short, distinct column names: the folder names when two short distinct ones, else A, B, C..."""
     names = [Path(f).resolve().name for f in folders]
-    return names if len(set(names)) == len(names) else [chr(ord("A") + i) if i < 26 else str(i)
-                                                         for i in range(len(names))]
+    if len(names) == 2 and len(set(names)) == 2 and max(map(len, names)) <= MAX_LABEL:
+        return names
+    return [chr(ord("A") + i) if i < 26 else f"R{i}" for i in range(len(names))]
 
 
 def plot(names: list[str], breakdowns: list[dict], out: str) -> None:
