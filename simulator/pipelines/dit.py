@@ -19,6 +19,7 @@ mean GPU compute time, ``comm`` the mean exposed communication time, ``bubble`` 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +40,7 @@ from ..workloads import dit as W
 from ..hardware.ops import DTYPE_BYTES, Op
 from .dit_arrivals import open_loop_arrivals
 from .dit_cost import DiTCost, eager_ops, unfused
+from .health import assess, overload_warning, was_cut
 
 CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
               "deliver")
@@ -290,6 +292,7 @@ class DiTSim:
         self.cpu = CPUProcess("api_server", CorePool(hw.cpu_cores), self.rec)
         self.server = simpy.Resource(env, capacity=1)
         self.rows: list[dict] = []
+        self.started: dict[int, tuple[float, float]] = {}  # rid -> (arrival, start): begun requests
         arch = model.arch
         S = model.tokens
         ab = model.act_bytes
@@ -399,9 +402,11 @@ class DiTSim:
     def request(self, rid: int, arrival: float, done: simpy.Event | None = None):
         env, m, sc, lay = self.env, self.m, self.m.sc, self.m.lay
         n = lay.n_gpus
+        self.started[rid] = (arrival, math.nan)
         req = self.server.request()
         yield req
         t_start = env.now
+        self.started[rid] = (arrival, t_start)
         if self.te_time > 0:
             self.rec.add("gpu0", f"r{rid} text_encode", env.now, env.now + self.te_time,
                          "text_encode")
@@ -452,7 +457,7 @@ class DiTSim:
             "comm_bytes_per_gpu": float(acc.comm_bytes.max()),
             "queue": t_start - arrival, "text_encode": t_te - t_start, "denoise": den,
             "comm": comm, "bubble": D - den - comm, "vae": t_vae - t_den, "d2h": t_d2h - t_vae,
-            "encode": t_enc - t_d2h, "deliver": t_done - t_enc,
+            "encode": t_enc - t_d2h, "deliver": t_done - t_enc, "completed": True,
         })
         if done is not None:
             done.succeed()
@@ -481,7 +486,8 @@ def _oom_result(sc: DiTScenario, need: float, have: float) -> Result:
         "message": f"needs {need / GIB:.1f} GiB per GPU, the {sc.hardware.gpu.name} has "
                    f"{have / GIB:.1f} GiB",
         "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
-        "last_mile_share": None, "requests_completed": 0, "throughput": {"images_per_s": 0.0},
+        "last_mile_share": None, "requests_total": sc.workload.requests, "requests_completed": 0,
+        "throughput": {"images_per_s": 0.0},
     }
     empty = pd.DataFrame(columns=["request", "latency"])
     return Result("dit", sc, summary, empty, pd.DataFrame(columns=["request", *CATEGORIES,
@@ -507,34 +513,67 @@ def simulate(sc: DiTScenario) -> Result:
     else:
         env.process(sim.open_source(times))
     env.run(until=sc.max_sim_time)
-    req = pd.DataFrame(sim.rows).sort_values("request").reset_index(drop=True)
-    bd = req[["request", *CATEGORIES, "latency"]].copy()
-    lat = req["latency"].to_numpy()
-    horizon = float(req["done"].max()) if len(req) else 0.0
+    req = _request_frame(sim, wl.requests, times)
+    done = req[req["completed"]]
+    bd = done[["request", *CATEGORIES, "latency"]].reset_index(drop=True)
+    lat = done["latency"].to_numpy(float)
+    cut = was_cut(env, sc.max_sim_time)
+    horizon = float(env.now) if cut else (float(done["done"].max()) if len(done) else 0.0)
     total = float(lat.sum()) or 1.0
-    share = {c: float(req[c].sum()) / total for c in CATEGORIES}
+    share = ({c: float(done[c].sum()) / total for c in CATEGORIES} if len(done)
+             else {c: None for c in CATEGORIES})
     spans = sim.rec.frame()
     util = sim.rec.utilization(horizon)
-    first = float(req["arrival"].min()) if len(req) else 0.0
+    first = float(done["arrival"].min()) if len(done) else 0.0
+    last_done = float(done["done"].max()) if len(done) else 0.0
     summary = {
         "kind": "dit", "name": sc.name, "status": "ok", "model": model.arch.name,
         "gpu": sc.hardware.gpu.name, "gpus": model.lay.n_gpus,
         "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps,
         "strategy": strategy_name(sc),
         "latency_s": stats(lat), "breakdown_share": share,
-        "last_mile_share": share["d2h"] + share["encode"] + share["deliver"],
+        "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
-        "requests_completed": int(len(req)),
-        "throughput": {"images_per_s": len(req) / (horizon - first) if horizon > first else 0.0},
-        "comm_bytes_per_gpu": float(req["comm_bytes_per_gpu"].mean()) if len(req) else 0.0,
+        "requests_completed": int(len(done)),
+        "throughput": {"images_per_s": len(done) / (last_done - first) if last_done > first else 0.0},
+        "comm_bytes_per_gpu": float(done["comm_bytes_per_gpu"].mean()) if len(done) else None,
         "utilization": {
             "gpu": {k: v for k, v in util.items() if k.startswith("gpu")},
             "link": {k: v for k, v in util.items() if k.startswith("link:")},
             "cpu": {k: v for k, v in util.items() if k.startswith("cpu:")},
         },
     }
+    overload = None
+    if times is not None:
+        overload = overload_warning(req["arrival"].to_numpy(float), req["done"].to_numpy(float),
+                                    req["queue"].to_numpy(float), req["completed"].to_numpy(bool),
+                                    unit="images")
+    assess(summary, wl.requests, len(done), cut, sc.max_sim_time, [overload], unit="image")
     return Result("dit", sc, summary, req, bd, spans,
                   trace_events(spans) if sc.record_spans else [])
+
+
+REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
+                   "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
+                   *CATEGORIES, "completed")
+
+
+def _request_frame(sim: DiTSim, total: int, times: np.ndarray | None) -> pd.DataFrame:
+    """One row per request, in request order: completed images as recorded, the others with
+    what is known (arrival; start if the server took them) and ``completed`` False."""
+    rows = {r["request"]: r for r in sim.rows}
+    out = []
+    for rid in range(total):
+        row = rows.get(rid)
+        if row is None:
+            arrival, start = sim.started.get(
+                rid, (float(times[rid]) if times is not None else math.nan, math.nan))
+            row = {c: math.nan for c in REQUEST_COLUMNS}
+            row.update(request=rid, arrival=arrival, start=start, queue=start - arrival,
+                       completed=False)
+        out.append(row)
+    df = pd.DataFrame(out, columns=list(REQUEST_COLUMNS))
+    return df.astype({"request": "int64", "completed": bool})
 
 
 def strategy_name(sc: DiTScenario) -> str:

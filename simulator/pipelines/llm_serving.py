@@ -16,6 +16,7 @@ from ..observe.spans import SpanRecorder
 from ..units import fmt_bytes
 from ..workloads.llm import LLMCostModel, LLMShape
 from .arrivals import make_requests, max_tokens
+from .health import assess, overload_warning, was_cut
 from .llm_engine import Engine, RequestTable
 from .llm_frontend import Frontend
 
@@ -151,4 +152,29 @@ def simulate(scenario):
     else:
         env.process(open_loop())
     env.run(until=scenario.max_sim_time)
-    return build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, env.now)
+    result = build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, env.now)
+    _assess(result.summary, scenario, specs, table, was_cut(env, scenario.max_sim_time))
+    return result
+
+
+def _assess(summary: dict, scenario, specs, table: RequestTable, cut: bool) -> None:
+    """Status and warnings: unfinished requests, a trace shorter than asked for, overload."""
+    w = scenario.workload
+    done = table.finished & np.isfinite(table.last_R)
+    completed = int(done.sum())
+    if completed == 0:  # shares of nothing are not 0 %: they are undefined
+        summary["breakdown_share"] = {c: None for c in summary["breakdown_share"]}
+        summary["last_mile_share"] = summary["itl_last_mile_share"] = None
+    extra = []
+    if w.trace and "requests" in w.model_fields_set and len(specs) < w.requests:
+        extra.append(f"workload.requests = {w.requests} but the trace has {len(specs)} rows; "
+                     f"simulated {len(specs)}")
+    if w.arrival != "closed":
+        extra.append(overload_warning(table.arrival, table.last_R, table.first_R - table.arrival, done))
+    ordered = list(summary.items())  # status right after the scenario's name
+    summary.clear()
+    for k, v in ordered:
+        summary[k] = v
+        if k == "scenario":
+            summary["status"] = "ok"
+    assess(summary, table.n, completed, cut, scenario.max_sim_time, extra)

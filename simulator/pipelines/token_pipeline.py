@@ -21,6 +21,7 @@ from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
 from ..workloads.llm import LLMCostModel, LLMShape
 from .dit_cost import DiTCost
+from .health import assess
 
 
 class SliceCost:
@@ -124,6 +125,7 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     ready = {(j, i): env.event() for j in range(P) for i in range(K)}
     busy = np.zeros(P)
     slice_times = np.zeros((P, K))
+    finished = [0]  # slices the last stage has completed
     ab = W.act_bytes(sc.dtype)
 
     def stage(j: int):
@@ -137,7 +139,9 @@ def simulate(sc: TokenPipelineScenario) -> Result:
             slice_times[j, i] = t
             rec.add(f"gpu{j}", f"slice {i} [{starts[i]}:{starts[i] + lens[i]})", start, env.now,
                     "compute")
-            if j + 1 < P:
+            if j + 1 == P:
+                finished[0] += 1
+            else:
                 ev = ready[(j + 1, i)]
                 tr = topo.send(j, j + 1, lens[i] * cost.hidden * ab, f"slice {i}")
                 tr.callbacks.append(lambda _e, ev=ev: ev.succeed())
@@ -161,6 +165,8 @@ def simulate(sc: TokenPipelineScenario) -> Result:
         "slice_cost_spread": float(st.max() / st.min()) if st.min() > 0 else None,
         "utilization": {"gpu": util},
     }
+    # one sequence: it completes when the last stage has run every slice
+    assess(summary, 1, int(finished[0] == K and np.isfinite(latency)), False, None, unit="sequence")
     req = pd.DataFrame({"slice": range(K), "start_token": starts, "tokens": lens,
                         "stage0_time": slice_times[0]})
     bd = pd.DataFrame({"stage": range(P), "busy": busy, "latency": latency,

@@ -11,6 +11,11 @@ def _t(x) -> str:
     return "-" if x is None else fmt_time(x)
 
 
+def _pct(x, width: int = 0) -> str:
+    """A share as a percentage; ``-`` when undefined (no image completed)."""
+    return f"{'-':>{width}} " if x is None else f"{100 * x:>{width}.1f}%"
+
+
 def _dit(result) -> str:
     s = result.summary
     head = (f"{s.get('name', 'dit')}: {s.get('model', '')} {s.get('resolution', '')} "
@@ -20,16 +25,17 @@ def _dit(result) -> str:
         return (f"{head}\nstatus: OUT OF MEMORY: needs {s['memory_needed_gib']:.1f} GiB per GPU, "
                 f"the GPU has {s['gpu_memory_gib']:.1f} GiB")
     lat = s["latency_s"]
-    lines = [head, f"status: {s['status']}   requests: {s['requests_completed']}   "
+    lines = [head, f"status: {s['status']}   requests: {s['requests_completed']}/"
+             f"{s.get('requests_total', s['requests_completed'])}   "
              f"throughput: {s['throughput']['images_per_s']:.3f} images/s   "
              f"memory per GPU: {s['memory_per_gpu_gib']:.1f} GiB",
              f"latency  p50 {_t(lat['p50'])}  p90 {_t(lat['p90'])}  p99 {_t(lat['p99'])}  "
              f"mean {_t(lat['mean'])}", "", f"{'category':<12} {'mean':>10} {'share':>7}"]
     bd = result.breakdown
     for c in _CATS:
-        mean = float(bd[c].mean()) if len(bd) else 0.0
-        lines.append(f"{c:<12} {fmt_time(mean):>10} {100 * s['breakdown_share'][c]:>6.1f}%")
-    lines.append(f"last mile (d2h + encode + deliver): {100 * s['last_mile_share']:.1f}% of latency")
+        mean = _t(float(bd[c].mean())) if len(bd) else "-"
+        lines.append(f"{c:<12} {mean:>10} {_pct(s['breakdown_share'][c], 6)}")
+    lines.append(f"last mile (d2h + encode + deliver): {_pct(s['last_mile_share'])} of latency")
     gpu_util = s.get("utilization", {}).get("gpu", {})
     if gpu_util:
         lines.append("GPU utilization: " + "  ".join(f"{k} {100 * v:.0f}%"

@@ -11,6 +11,11 @@ def _row(name: str, st: dict) -> str:
     return f"  {name:<6} {st['p50']:>9.2f} {st['p90']:>9.2f} {st['p99']:>9.2f} {st['mean']:>9.2f}"
 
 
+def _pct(x, width: int = 0) -> str:
+    """A share as a percentage; ``-`` when undefined (no request completed)."""
+    return f"{'-':>{width}} " if x is None else f"{100 * x:{width}.2f}%"
+
+
 def format_llm(result) -> str:
     s = result.summary
     sc = result.scenario
@@ -37,11 +42,11 @@ def format_llm(result) -> str:
     share = s["breakdown_share"]
     for c in CATEGORIES:
         tag = "  last mile" if c in LAST_MILE else ""
-        bar = "#" * int(round(40 * share[c]))
-        lines.append(f"    {c:<11} {100 * share[c]:6.2f}%  {bar}{tag}")
+        bar = "#" * int(round(40 * (share[c] or 0.0)))
+        lines.append(f"    {c:<11} {_pct(share[c], 6)}  {bar}{tag}")
     lines += [
-        f"  last mile (d2h+detokenize+stream): {100 * s['last_mile_share']:.2f}% of E2E, "
-        f"{100 * s['itl_last_mile_share']:.2f}% of the inter-token time",
+        f"  last mile (d2h+detokenize+stream): {_pct(s['last_mile_share'])} of E2E, "
+        f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
         "",
         "  utilization: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["utilization"].items()),
         f"  KV cache: peak {100 * s['kv_cache']['peak_occupancy']:.1f}%, mean "
