@@ -31,7 +31,7 @@ def version() -> str:
 
         return dist_version("lastmile-sim")
     except (ImportError, PackageNotFoundError):
-        from . import __version__
+        from simulator import __version__
 
         return __version__
 
