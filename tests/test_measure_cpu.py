@@ -1,13 +1,11 @@
 """The CPU calibration runs end to end in quick mode and writes a plausible, parseable profile."""
 
-import yaml
 import pytest
+import tokenizers  # noqa: F401  (the [dev] extra installs it: a missing tokenizers is a failure, not a skip)
+import yaml
 
+from simulator.calibrate.measure_cpu import main, measure_cpu
 from simulator.units import parse
-
-pytest.importorskip("tokenizers")
-
-from simulator.calibrate.measure_cpu import main, measure_cpu  # noqa: E402
 
 PROFILE_KEYS = ("tokenize_per_token", "detokenize_per_token", "detokenize_step_fixed", "stream_per_chunk")
 

@@ -37,7 +37,7 @@ def test_parallel_equals_serial(serial):
 
 
 def test_dask_local_cluster_equals_serial(serial):
-    distributed = pytest.importorskip("dask.distributed")
+    from dask import distributed  # the [dev] extra installs it: missing is a failure, not a skip
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster) as client:
         on_dask = simulator.sweep(None, GRID, overrides=BASE, client=client, progress=False)
