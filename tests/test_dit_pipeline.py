@@ -114,13 +114,15 @@ def test_same_seed_same_result():
     a, b = simulate(sc), simulate(sc)
     assert a.requests.equals(b.requests)
     assert a.summary == b.summary
+    other = simulate(sc.model_copy(update={"seed": sc.seed + 1}))
+    assert not other.requests["arrival"].equals(a.requests["arrival"])  # the seed is used
 
 
 def test_json_contract_and_text_summary():
     res = simulate(dit(parallel={"pipefusion": 2}))
     s = res.summary
     for key in ("latency_s", "breakdown_share", "last_mile_share", "memory_per_gpu_gib",
-                "status", "requests_completed", "throughput"):
+                "status", "requests_total", "requests_completed", "throughput"):
         assert key in s
     assert set(s["latency_s"]) == {"p50", "p90", "p99", "mean"}
     assert set(s["breakdown_share"]) == set(CATEGORIES)

@@ -83,5 +83,6 @@ def test_gpu_path_writes_a_parseable_profile(monkeypatch, tmp_path):
     assert parse(gpu["measured_hbm_bandwidth"], "bandwidth") > 0
     assert parse(gpu["launch_overhead"], "time") > 0
     assert sorted(gpu["d2h_latency_pinned"]) == list(measure_gpu.D2H_BATCHES)
+    assert sorted(gpu["d2h_latency_pageable"]) == list(measure_gpu.D2H_BATCHES)  # not vacuous below
     assert all(parse(v, "time") > 0 for v in gpu["d2h_latency_pageable"].values())
     assert profile["measured"]["driver"] == "550.00" and "--peak-bf16-tflops" in profile["measured"]["command"]
