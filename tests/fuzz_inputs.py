@@ -833,7 +833,6 @@ class Generator:
              "seed", "python tag"),
             (["seed="], {"seed": ""}, "seed", "empty value"),
             (["seed=4=5"], {"seed": "4=5"}, "seed", "two '='"),
-            (["name=&a [*a]"], None, "name", "recursive alias"),
         ]
         args, api, key, what = self.rng.choice(variants)
         raw = copy.deepcopy(base.raw)
