@@ -13,8 +13,22 @@ class LastmileError(Exception):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        where = ": ".join(p for p in (self.file, self.path) if p)
-        return f"{where}: {self.message}" if where else self.message
+        where = ": ".join(_clip(p, MAX_WHERE) for p in (self.file, self.path) if p)
+        message = _clip(self.message, MAX_MESSAGE)
+        return f"{where}: {message}" if where else message
+
+
+MAX_MESSAGE = 300
+"""Longest message text printed; an error that echoes a huge input is cut, never megabytes long."""
+
+MAX_WHERE = 160
+"""Longest file name or key path printed."""
+
+
+def _clip(text: str, limit: int) -> str:
+    """One line (newlines folded to spaces), at most ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class ConfigError(LastmileError):

@@ -15,7 +15,7 @@ LAYERS = [
     {"hardware"},
     {"workloads"},
     {"pipelines"},
-    {"api", "sweep", "validate", "calibrate", "report"},
+    {"api", "sweep", "validate", "calibrate", "report", "runfolder"},
     {"commands", "cli", "__main__", "__init__"},
 ]
 

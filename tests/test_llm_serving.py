@@ -130,7 +130,8 @@ def test_same_seed_same_results():
 def test_breakdown_sums_to_e2e_for_every_request_of_a_real_trace(conv_trace, overrides):
     scenario = {"model": "llama-2-7b", "dtype": "fp16", "hardware": {"gpu": "a100-sxm-80g"},
                 "serving": {"max_batch": 128, "max_batched_tokens": 4096},
-                "workload": {"requests": 300, "arrival": "trace", "trace": str(conv_trace), "trace_time_scale": 0.5}}
+                "workload": {"requests": 300, "arrival": "trace", "trace": str(conv_trace), "trace_time_scale": 0.5,
+                             "over_context": "truncate_prompt"}}
     result = simulator.run(scenario, overrides)
     assert result.summary["requests_completed"] == 300
     assert identity_error(result) < 1e-9
@@ -141,7 +142,8 @@ def test_breakdown_sums_to_e2e_for_every_request_of_a_real_trace(conv_trace, ove
 
 def test_breakdown_does_not_depend_on_chunking(conv_trace, monkeypatch):
     scenario = {"model": "llama-2-7b", "hardware": {"gpu": "a100-sxm-80g"},
-                "workload": {"requests": 200, "arrival": "trace", "trace": str(conv_trace)}}
+                "workload": {"requests": 200, "arrival": "trace", "trace": str(conv_trace),
+                             "over_context": "truncate_prompt"}}
     whole = simulator.run(scenario)
     monkeypatch.setattr(llm_metrics, "CHUNK_ROWS", 257)
     chunked = simulator.run(scenario)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
-from datetime import datetime
 from pathlib import Path
 
 from ..api import run
 from ..config.loader import parse_override
 from ..errors import ConfigError
 from ..report.text import format_summary
+from ..runfolder import check_out, default_out, write_run
 
 HELP = "simulate a scenario (the built-in default if none is given)"
 
@@ -26,23 +24,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-write", action="store_true", help="do not write a run folder")
 
 
-def _write_atomically(result, out: Path) -> Path:
-    """Write into a sibling temp folder, then move it into place: no half-written run folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        result.write(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
 def main(args) -> int:
     overrides = dict(parse_override(o) for o in args.overrides)
+    if args.out and not args.no_write:
+        check_out(Path(args.out))  # before simulating: a refused folder costs nothing
     result = run(args.scenario, overrides)
     status = result.summary.get("status", "ok")
     if status == "oom":
@@ -51,11 +36,11 @@ def main(args) -> int:
         raise ConfigError(f"does not fit in GPU memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB; "
                           "use more GPUs or a strategy that shards the model",
                           file=args.scenario or "<default scenario>", path="parallel")
+    for warning in result.summary.get("warnings") or ():
+        print(f"lastmile: warning: {warning}", file=sys.stderr)
     out = None
     if not args.no_write:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path(args.out) if args.out else Path("runs") / f"{result.summary.get('scenario', 'run')}-{stamp}"
-        _write_atomically(result, out)
+        out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name))
     if args.json:
         json.dump(result.summary, sys.stdout, indent=2)
         sys.stdout.write("\n")

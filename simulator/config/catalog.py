@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from .yamlio import loads
 
 KINDS = ("gpus", "links", "cpus", "llms", "dits")
 
@@ -13,7 +14,7 @@ KINDS = ("gpus", "links", "cpus", "llms", "dits")
 @lru_cache(maxsize=None)
 def _load(kind: str) -> dict:
     text = (resources.files("simulator.config") / "catalog" / f"{kind}.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    return loads(text) or {}
 
 
 def names(kind: str) -> list[str]:
@@ -23,9 +24,9 @@ def names(kind: str) -> list[str]:
 
 def entry(kind: str, name: str) -> dict | None:
     """A fresh copy of one catalog entry with its ``name`` filled in, or None if unknown."""
-    data = _load(kind).get(name)
+    data = _load(kind).get(name) if isinstance(name, str) else None
     if data is None:
         return None
-    out = yaml.safe_load(yaml.safe_dump(data))
+    out = copy.deepcopy(data)
     out.setdefault("name", name)
     return out

@@ -7,6 +7,7 @@ shapes into operators.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -17,55 +18,88 @@ BLOCK_KINDS = ("cross", "self", "joint", "single")
 """cross: PixArt (self-attn + cross-attn to text); self: class-conditioned DiT;
 joint: MMDiT double-stream (SD3, FLUX double); single: FLUX single-stream (parallel attn + MLP)."""
 
+_COMMON_KEYS = frozenset({"name", "kind", "params", "sources"})
+_TEXT_ENCODER_KEYS = _COMMON_KEYS | {"layers", "hidden", "heads", "head_dim", "ffn", "ffn_kind", "vocab", "tokens"}
+_VAE_KEYS = _COMMON_KEYS | {"block_out_channels", "downsample", "latent_channels", "layers_per_block",
+                            "mid_attention", "out_channels", "quant_conv"}
+_DIT_KEYS = _COMMON_KEYS | {"blocks", "double_blocks", "single_blocks", "caption_channels", "context_embedder",
+                            "context_pre_only_last", "guidance_embed", "hidden", "heads", "head_dim",
+                            "latent_channels", "mlp_ratio", "modulation", "num_classes", "out_channels",
+                            "patch_size", "pooled_text_dim", "qk_norm", "rope", "text_encoders", "text_mode",
+                            "text_tokens", "vae", "vae_downsample"}
+
 TIME_FREQ_DIM = 256  # sinusoidal timestep features fed to every model's timestep MLP
 
 
 # ---- architectures ------------------------------------------------------------------------
 
+MAX_DIM = 1 << 24
+"""Largest count or width a shape field may hold (a typo beyond it would overflow the cost model)."""
+
+
+class ArchError(ValueError):
+    """A bad shape field; ``key`` is the field's name inside the entry, for the error's key path."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
 def _req(d: Mapping, key: str, what: str):
     if key not in d or d[key] is None:
-        raise ValueError(f"{what}: missing required field {key!r}")
+        raise ArchError(f"{what}: missing required field {key!r}", key)
     return d[key]
+
+
+def _known(d: Mapping, allowed: frozenset, what: str) -> None:
+    """Unknown fields are errors (``num_layers: 0`` must not be silently ignored)."""
+    import difflib
+    for key in d:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ArchError(f"{what}: unknown key {str(key)[:60]!r}{hint}", str(key)[:60])
 
 
 def _pos_int(d: Mapping, key: str, what: str, default: int | None = None, zero_ok=False) -> int:
     v = d.get(key, default) if default is not None else _req(d, key, what)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
-        raise ValueError(f"{what}: {key!r} must be an integer, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
+        raise ArchError(f"{what}: {key!r} must be an integer, got {str(v)[:40]}", key)
     if int(v) < 0 or (int(v) == 0 and not zero_ok):
-        raise ValueError(f"{what}: {key!r} must be {'>= 0' if zero_ok else '> 0'}, got {v!r}")
+        raise ArchError(f"{what}: {key!r} must be {'>= 0' if zero_ok else '> 0'}, got {v!r}", key)
+    if int(v) > MAX_DIM:
+        raise ArchError(f"{what}: {key!r} must be at most {MAX_DIM:,}, got {v:g}", key)
     return int(v)
 
 
 def _pos_float(d: Mapping, key: str, what: str) -> float:
     v = _req(d, key, what)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: {key!r} must be a number, got {v!r}") from None
-    if not f > 0:
-        raise ValueError(f"{what}: {key!r} must be > 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ArchError(f"{what}: {key!r} must be a number, got {str(v)[:40]}", key)
+    f = float(v)
+    if not 0 < f <= 1e15:
+        raise ArchError(f"{what}: {key!r} must be > 0 and at most 1e15, got {v!r}", key)
     return f
 
 
 def _choice(d: Mapping, key: str, what: str, options: tuple[str, ...], default=None) -> str:
     v = d.get(key, default)
-    if v not in options:
-        raise ValueError(f"{what}: {key!r} must be one of {options}, got {v!r}")
+    if not isinstance(v, str) or v not in options:
+        raise ArchError(f"{what}: {key!r} must be one of {options}, got {str(v)[:40]!r}", key)
     return v
 
 
 def _flag(d: Mapping, key: str, what: str) -> bool:
     v = d.get(key, False)
     if not isinstance(v, bool):
-        raise ValueError(f"{what}: {key!r} must be true or false, got {v!r}")
+        raise ArchError(f"{what}: {key!r} must be true or false, got {str(v)[:40]}", key)
     return v
 
 
 def _sources(d: Mapping, what: str) -> dict:
     s = d.get("sources", {})
     if not isinstance(s, Mapping):
-        raise ValueError(f"{what}: 'sources' must be a mapping of field -> text")
+        raise ArchError(f"{what}: 'sources' must be a mapping of field -> text", "sources")
     return dict(s)
 
 
@@ -92,6 +126,7 @@ class TextEncoderArch:
             raise ValueError(f"text encoder: expected a mapping, got {type(d).__name__}")
         name = name or d.get("name") or "text_encoder"
         what = f"text encoder {name!r}"
+        _known(d, _TEXT_ENCODER_KEYS, what)
         return cls(
             name=name,
             layers=_pos_int(d, "layers", what), hidden=_pos_int(d, "hidden", what),
@@ -125,6 +160,7 @@ class VAEArch:
             raise ValueError(f"vae: expected a mapping, got {type(d).__name__}")
         name = name or d.get("name") or "vae"
         what = f"vae {name!r}"
+        _known(d, _VAE_KEYS, what)
         chans = _req(d, "block_out_channels", what)
         if (not isinstance(chans, (list, tuple)) or not chans
                 or not all(isinstance(c, int) and c > 0 for c in chans)):
@@ -212,6 +248,7 @@ class DiTArch:
         what = f"DiT {name!r}"
         if d.get("kind", "dit") != "dit":
             raise ValueError(f"{what}: kind is {d.get('kind')!r}, not 'dit'")
+        _known(d, _DIT_KEYS, what)
         text_mode = _choice(d, "text_mode", what, _TEXT_MODES)
         if text_mode == "joint" and "double_blocks" in d:
             segments = (("joint", _pos_int(d, "double_blocks", what)),
@@ -224,6 +261,10 @@ class DiTArch:
             segments = ((kind, _pos_int(d, "blocks", what)),)
         hidden, heads = _pos_int(d, "hidden", what), _pos_int(d, "heads", what)
         head_dim = _pos_int(d, "head_dim", what)
+        if heads * head_dim != hidden:
+            # every DiT in the catalog (PixArt, SD3, FLUX, DiT) attends at its full width
+            raise ArchError(f"{what}: heads x head_dim = {heads} x {head_dim} = {heads * head_dim} must equal "
+                            f"hidden ({hidden})", "heads")
         text_tokens = _pos_int(d, "text_tokens", what, default=0, zero_ok=True)
         if text_mode != "class" and text_tokens == 0:
             raise ValueError(f"{what}: text_mode {text_mode!r} needs text_tokens > 0")

@@ -10,15 +10,18 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from importlib import resources
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-import yaml
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
-from .dit_arch import DiTArch
-from .models import LLMSpec, ScenarioBase, Strict, Workload
-from .quantities import PositiveSeconds
+from .dit_arch import ArchError, DiTArch
+from .models import MAX_CONTEXT, LLMSpec, ScenarioBase, Strict, Workload
+from .quantities import Count, Fraction, Horizon, Int, Number
+from .yamlio import loads
+
+MAX_GPUS = 1 << 16
+"""Most GPUs one layout may span (the largest NVLink domains hold 576; clusters 10^5)."""
 
 # ---- image codecs (catalog/image_codecs.yaml) ---------------------------------------------
 
@@ -26,8 +29,8 @@ from .quantities import PositiveSeconds
 class CodecCost(Strict):
     """CPU seconds per pixel and output size as a fraction of raw 8-bit RGB."""
 
-    seconds_per_pixel: float = Field(ge=0)
-    size_ratio: float = Field(gt=0, le=1.5)
+    seconds_per_pixel: Number = Field(ge=0)
+    size_ratio: Number = Field(gt=0, le=1.5)
 
 
 class PNGCodec(Strict):
@@ -61,7 +64,7 @@ class ImageCodecs(Strict):
 def image_codecs() -> ImageCodecs:
     """The shipped image-codec catalog, validated."""
     text = (resources.files("simulator.config") / "catalog" / "image_codecs.yaml").read_text()
-    return ImageCodecs.model_validate(yaml.safe_load(text))
+    return ImageCodecs.model_validate(loads(text))
 
 
 # ---- DiT scenario ----------------------------------------------------------------------------
@@ -71,13 +74,13 @@ class DiTParallel(Strict):
     """Parallel degrees in xDiT's terms; their product is the number of GPUs."""
 
     cfg: Literal[1, 2] = 1
-    pipefusion: PositiveInt = 1
-    ulysses: PositiveInt = 1
-    ring: PositiveInt = 1
-    tensor: PositiveInt = 1
-    distrifusion: PositiveInt = 1
-    patches: Optional[PositiveInt] = None
-    warmup_steps: int = Field(1, ge=0)
+    pipefusion: Count(1024) = 1
+    ulysses: Count(1024) = 1
+    ring: Count(1024) = 1
+    tensor: Count(1024) = 1
+    distrifusion: Count(1024) = 1
+    patches: Optional[Count(4096)] = None
+    warmup_steps: Annotated[Int, Field(ge=0)] = 1
     vae_parallel: bool = False
     # "replicated": every tensor-parallel rank runs the whole cross-attention and only the
     # self-attention and MLP are split (xDiT legacy's DistriDiTTP wraps attn1 and the FFN only)
@@ -104,9 +107,9 @@ class Delivery(Strict):
 
     vae: bool = True
     format: Literal["png", "jpeg", "raw", "latent"] = "png"
-    compress_level: Optional[int] = Field(None, ge=0, le=9)
+    compress_level: Optional[Annotated[Int, Field(ge=0, le=9)]] = None
     base64: bool = False
-    response_header_bytes: float = Field(200.0, ge=0)
+    response_header_bytes: Annotated[Number, Field(ge=0, le=1e9)] = 200.0
 
 
 class Kernels(Strict):
@@ -119,8 +122,8 @@ class Kernels(Strict):
     so PixArt's 72 runs as 96.
     """
 
-    attention_efficiency: float = Field(0.73, gt=0, le=1)
-    head_dim_multiple: PositiveInt = 32
+    attention_efficiency: Fraction = 0.73
+    head_dim_multiple: Count(1024) = 32
 
 
 def _parse_resolution(v) -> tuple[int, int]:
@@ -140,6 +143,8 @@ def _parse_resolution(v) -> tuple[int, int]:
 def _dit_arch(model: dict):
     try:
         return DiTArch.from_dict(model, model.get("name"))
+    except ArchError as exc:
+        raise ConfigError(str(exc), path=f"model.{exc.key}" if exc.key else "model") from None
     except ValueError as exc:
         raise ConfigError(str(exc), path="model") from None
 
@@ -151,22 +156,22 @@ class DiTScenario(ScenarioBase):
     name: str = "dit-scenario"
     model: dict
     resolution: Union[int, str] = 1024
-    steps: PositiveInt = 20
+    steps: Count(10_000) = 20
     cfg: bool = True
     text_encode: bool = True
-    gpus: Optional[PositiveInt] = None
+    gpus: Optional[Count(MAX_GPUS)] = None
     parallel: DiTParallel = DiTParallel()
     delivery: Delivery = Delivery()
     kernels: Kernels = Kernels()
     workload: Workload = Workload(requests=4, arrival="closed", concurrency=1)
-    max_sim_time: Optional[PositiveSeconds] = None
+    max_sim_time: Optional[Horizon] = None
 
     @field_validator("resolution")
     @classmethod
     def _res(cls, v):
         w, h = _parse_resolution(v)
-        if w <= 0 or h <= 0:
-            raise ValueError(f"resolution must be positive, got {v!r}")
+        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+            raise ValueError(f"each side must be between 1 and {MAX_SIDE} px, got {v!r}")
         return v
 
     @property
@@ -195,6 +200,7 @@ class DiTScenario(ScenarioBase):
     def _check(self):
         arch = _dit_arch(self.model)
         p = self.parallel
+        _check_dit_workload(self.workload)
         if self.gpus is not None and self.gpus != p.gpus:
             raise ConfigError(
                 f"gpus is {self.gpus} but the parallel degrees multiply to {p.gpus} "
@@ -251,8 +257,13 @@ class DiTScenario(ScenarioBase):
 # ---- token pipeline ------------------------------------------------------------------------
 
 
+MAX_SLICES = 4096
+"""Most token slices (TeraPipe's largest configurations use a few hundred; the balanced
+slicing programme grows with the square of the count)."""
+
+
 class TokenPipelineParallel(Strict):
-    pp: PositiveInt = 4
+    pp: Count(1024) = 4
 
 
 class TokenPipelineScenario(ScenarioBase):
@@ -265,9 +276,9 @@ class TokenPipelineScenario(ScenarioBase):
     kind: Literal["token_pipeline"] = "token_pipeline"
     name: str = "token-pipeline"
     model: dict
-    sequence_tokens: PositiveInt = 8192
+    sequence_tokens: Count(MAX_CONTEXT) = 8192
     parallel: TokenPipelineParallel = TokenPipelineParallel()
-    slices: PositiveInt = 8
+    slices: Count(MAX_SLICES) = 8
     slicing: Literal["uniform", "balanced"] = "uniform"
 
     @property
@@ -300,6 +311,22 @@ class TokenPipelineScenario(ScenarioBase):
         if self.parallel.pp > 1 and self.hardware.gpu_link is None and self.hardware.host_link is None:
             raise ConfigError("pp > 1 needs a GPU or host link", path="hardware")
         return self
+
+
+MAX_SIDE = 16_384
+"""Largest image side in pixels (published DiT outputs reach 8K; PixArt-Sigma's 4K is common)."""
+
+MAX_IMAGES = 100_000
+MAX_IMAGES_IN_FLIGHT = 10_000
+
+
+def _check_dit_workload(w) -> None:
+    """Image counts no real DiT service reaches in one simulated run."""
+    if w.requests > MAX_IMAGES:
+        raise ConfigError(f"must be at most {MAX_IMAGES:,} images, got {w.requests:,}", path="workload.requests")
+    if w.concurrency is not None and w.concurrency > MAX_IMAGES_IN_FLIGHT:
+        raise ConfigError(f"must be at most {MAX_IMAGES_IN_FLIGHT:,} images in flight, got {w.concurrency:,}",
+                          path="workload.concurrency")
 
 
 def _check_nodes(gpus: int, hardware) -> None:

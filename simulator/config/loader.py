@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import copy
 import difflib
+import reprlib
 import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
 from . import catalog
 from .dit_models import DiTScenario, TokenPipelineScenario
 from .models import LLMScenario
+from .trace import check_trace
+from .yamlio import YAMLInputError, load_file, loads
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 60, 60, 4, 4, 2
 
 SCENARIO_KINDS: dict[str, type[BaseModel]] = {"llm": LLMScenario, "dit": DiTScenario,
                                               "token_pipeline": TokenPipelineScenario}
-
-
-def register_kind(kind: str, model: type[BaseModel]) -> None:
-    """Make a scenario kind (``dit``, ``token_pipeline``) loadable."""
-    SCENARIO_KINDS[kind] = model
 
 
 def default_scenario_text() -> str:
@@ -32,13 +32,26 @@ def default_scenario_text() -> str:
 
 
 def _suggest(word: str, options) -> str:
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(word)[:100], [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    """``over`` laid on ``base`` key by key, into nested mappings (so one fraction can be overridden)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict) and key != "sources":
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def set_path(raw: dict, dotted: str, value: Any) -> None:
     """Set ``a.b.c = value`` in a nested dict, expanding a catalog name on the way into ``{base: name}``."""
     keys = dotted.split(".")
+    if not all(k.strip() for k in keys):
+        raise ConfigError(f"--set key {dotted!r} has an empty part; write it like serving.max_batch", path=dotted)
     node = raw
     for k in keys[:-1]:
         nxt = node.get(k)
@@ -62,8 +75,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not key:
         raise ConfigError(f"--set expects key=value, got {text!r}")
     try:
-        value = yaml.safe_load(val) if val.strip() else ""
-    except yaml.YAMLError:
+        value = loads(val) if val.strip() else ""
+    except YAMLInputError:
         value = val
     return key, value
 
@@ -73,6 +86,8 @@ class _Resolver:
 
     def __init__(self, base_dir: Path):
         self.base_dir = base_dir
+        self.origins: dict[str, tuple[str, str]] = {}
+        """Key path -> (profile file, its top-level key) for sections read from a profile file."""
 
     def ref(self, value: Any, kind: str, key: str, profile_key: str | None = None, default: str | None = None) -> Any:
         """Resolve a catalog name, a profile path or a mapping; a partial mapping builds on ``default``."""
@@ -90,15 +105,17 @@ class _Resolver:
         base = value.pop("base", None)
         if base is None:
             return value
-        if isinstance(base, str) and base.endswith((".yaml", ".yml")):
+        if not isinstance(base, str):
+            raise ConfigError(f"base must be a catalog name or a profile path, got {_SHORT.repr(base)}",
+                              path=f"{key}.base")
+        if base.endswith((".yaml", ".yml")):
             found = self.profile(base, key, profile_key or kind.rstrip("s"))
         else:
             found = catalog.entry(kind, base)
             if found is None:
                 raise ConfigError(f"unknown {kind[:-1]} {base!r}{_suggest(base, catalog.names(kind))}; "
                                   f"known: {', '.join(catalog.names(kind))}", path=key)
-        found.update(value)
-        return found
+        return _merge(found, value)
 
     def profile(self, path: str, key: str, top: str) -> dict:
         p = Path(path)
@@ -111,11 +128,12 @@ class _Resolver:
         if not p.is_file():
             raise ConfigError(f"profile file {path!r} does not exist", path=key)
         try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"profile {path!r} is not valid YAML ({str(exc).splitlines()[0]})", path=key) from None
+            data = load_file(p)
+        except YAMLInputError as exc:
+            raise ConfigError(str(exc), file=str(p)) from None
         if not isinstance(data, dict) or not isinstance(data.get(top), dict):
-            raise ConfigError(f"profile {path!r} has no top-level '{top}:' mapping", path=key)
+            raise ConfigError(f"has no top-level '{top}:' mapping (a {top} profile, used at {key})", file=str(p))
+        self.origins[key] = (str(p), top)
         inner = dict(data[top])
         if "measured" in data:
             inner.setdefault("measured", data["measured"])
@@ -127,6 +145,9 @@ class _Resolver:
 
 def resolve_hardware(raw_hw: Any, resolver: _Resolver) -> dict:
     """Fill a hardware section: GPU from the catalog, its default links, the CPU profile."""
+    if raw_hw is not None and not isinstance(raw_hw, dict):
+        raise ConfigError(f"expected a mapping of hardware keys (gpu, host_link, ...), got {_SHORT.repr(raw_hw)}",
+                          path="hardware")
     hw = dict(raw_hw or {})
     hw["gpu"] = resolver.ref(hw.get("gpu", "h100-sxm"), "gpus", "hardware.gpu", default="h100-sxm")
     gpu = hw["gpu"] if isinstance(hw["gpu"], dict) else {}
@@ -158,79 +179,125 @@ def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
     return []
 
 
+_LOC_NOISE = ("int", "float", "Distribution", "constrained-int", "count", "distribution", "is-instance", "str")
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """The user's key path from a pydantic location: drop validator, union-branch and type names."""
+    return tuple(p for p in loc if not (isinstance(p, str) and (
+        p in _LOC_NOISE or p.startswith(("function-", "constrained-", "lax-", "tagged-union")))))
+
+
 def _format_validation(exc: ValidationError, model: type[BaseModel]) -> ConfigError:
     err = exc.errors()[0]
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in (
-        "int", "Distribution", "constrained-int", "function-after[_check(), Distribution]")))
-    loc = tuple(p for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p == "is-instance")))
+    loc = _clean_loc(err["loc"])
     path = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
         options = _field_names(model, loc[:-1])
-        return ConfigError(f"unknown key {loc[-1]!r}{_suggest(loc[-1], options)}", path=path)
+        return ConfigError(f"unknown key {_SHORT.repr(loc[-1])}{_suggest(loc[-1], options)}", path=path)
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     if err["type"] == "missing":
         msg = "required key is missing"
     if err["type"] == "literal_error":
-        msg = f"{err.get('input')!r} is not allowed; {msg.lower()}"
+        msg = f"{_SHORT.repr(err.get('input'))} is not allowed; {msg.lower()}"
     elif "input" in err and err["type"] not in ("missing", "value_error", "assertion_error"):
-        msg = f"{msg} (got {err['input']!r})"
+        msg = f"{msg} (got {_SHORT.repr(err['input'])})"
     return ConfigError(msg, path=path or None)
+
+
+def _in_profile(error: ConfigError, origins: Mapping[str, tuple[str, str]]) -> ConfigError:
+    """An error inside a section read from a profile file names that file and the key in it."""
+    for key, (file, top) in origins.items():
+        if error.path and (error.path == key or error.path.startswith(key + ".")):
+            inner = top + error.path[len(key):]
+            return ConfigError(f"{error.message} (profile used at {key})", file=file, path=inner)
+    return error
+
+
+def _read_scenario_file(source) -> Any:
+    p = Path(source)
+    if not p.is_file():
+        what = "is a folder, not a scenario file" if p.is_dir() else "scenario file does not exist"
+        raise ConfigError(what, file=str(source))
+    try:
+        return load_file(p)
+    except YAMLInputError as exc:
+        raise ConfigError(str(exc), file=str(source)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read ({exc.strerror})", file=str(source)) from None
 
 
 def load_raw(source: str | Path | Mapping | None) -> tuple[dict, str, Path]:
     """Read a scenario into a raw dict; returns (raw, display name, directory for relative paths)."""
     if source is None:
-        return yaml.safe_load(default_scenario_text()), "<default scenario>", Path.cwd()
+        return loads(default_scenario_text()), "<default scenario>", Path.cwd()
     if isinstance(source, Mapping):
-        return copy.deepcopy(dict(source)), "<dict>", Path.cwd()
-    p = Path(source)
-    if not p.is_file():
-        raise ConfigError(f"scenario file does not exist", file=str(source))
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", file=str(source)) from None
+        try:
+            raw = copy.deepcopy(dict(source))
+        except RecursionError:
+            raise ConfigError("nested too deeply", file="<dict>") from None
+        return raw, "<dict>", Path.cwd()
+    if not isinstance(source, (str, Path)):
+        raise ConfigError(f"a scenario is a file path, a mapping or None, got {type(source).__name__}")
+    raw = _read_scenario_file(source)
     if not isinstance(raw, dict):
         raise ConfigError("a scenario must be a YAML mapping of keys", file=str(source))
-    return raw, str(source), p.resolve().parent
+    return raw, str(source), Path(source).resolve().parent
+
+
+def _scenario_model(raw: dict) -> tuple[str, type[BaseModel]]:
+    kind = raw.get("kind", "llm")
+    if not isinstance(kind, str):
+        raise ConfigError(f"expected one of {', '.join(SCENARIO_KINDS)}, got {_SHORT.repr(kind)}", path="kind")
+    model = SCENARIO_KINDS.get(kind)
+    if model is None:
+        raise ConfigError(f"unknown kind {_SHORT.repr(kind)}{_suggest(kind, SCENARIO_KINDS)}; known: "
+                          f"{', '.join(SCENARIO_KINDS)}", path="kind")
+    return kind, model
+
+
+def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
+    """Fill catalog names and profile files into ``raw`` in place; returns the kind's model."""
+    kind, model = _scenario_model(raw)
+    resolver = _Resolver(base_dir)
+    raw.setdefault("kind", kind)
+    model_kind = "llms" if kind == "llm" else "dits"
+    if kind == "token_pipeline" and isinstance(raw.get("model"), str) and catalog.entry("llms", raw["model"]):
+        model_kind = "llms"
+    default_model = "llama-3-8b" if kind == "llm" else None
+    raw["model"] = resolver.ref(raw.get("model", default_model), model_kind, "model", default=default_model)
+    raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver)
+    workload = raw.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("trace"), str) and workload["trace"]:
+        tp = Path(workload["trace"])
+        if not tp.is_absolute() and not tp.is_file():
+            tp = base_dir / tp
+        workload["trace"] = str(tp)
+    return model, resolver
 
 
 def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):
     """Load, resolve and validate a scenario; errors carry the file and the key path."""
     raw, name, base_dir = load_raw(source)
+    resolver = None
     try:
         for key, value in (overrides or {}).items():
-            set_path(raw, key, value)
-        kind = raw.get("kind", "llm")
-        model = SCENARIO_KINDS.get(kind)
-        if model is None:
-            raise ConfigError(f"unknown kind {kind!r}{_suggest(kind, SCENARIO_KINDS)}; known: "
-                              f"{', '.join(SCENARIO_KINDS)}", path="kind")
-        resolver = _Resolver(base_dir)
-        raw.setdefault("kind", kind)
-        model_kind = "llms" if kind == "llm" else "dits"
-        if kind == "token_pipeline" and isinstance(raw.get("model"), str) and catalog.entry("llms", raw["model"]):
-            model_kind = "llms"
-        default_model = "llama-3-8b" if kind == "llm" else None
-        raw["model"] = resolver.ref(raw.get("model", default_model), model_kind, "model", default=default_model)
-        raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver)
-        workload = raw.get("workload")
-        if isinstance(workload, dict) and workload.get("trace"):
-            tp = Path(str(workload["trace"]))
-            if not tp.is_absolute() and not tp.is_file():
-                tp = base_dir / tp
-            workload["trace"] = str(tp)
+            set_path(raw, str(key), value)
+        model, resolver = _resolve(raw, base_dir)
         try:
             scenario = model.model_validate(raw)
         except ValidationError as exc:
             raise _format_validation(exc, model) from None
+        except RecursionError:
+            raise ConfigError("nested too deeply") from None
+        if getattr(scenario, "workload", None) is not None:
+            check_trace(scenario)
     except ConfigError as exc:
-        exc.file = exc.file or name
-        raise ConfigError(exc.message, file=exc.file, path=exc.path) from None
+        if resolver is not None:
+            exc = _in_profile(exc, resolver.origins)
+        raise ConfigError(exc.message, file=exc.file or name, path=exc.path) from None
     return scenario
 
 

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+import math
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from .quantities import Bandwidth, Bytes, Flops, PositiveSeconds, Rate, Seconds
+from ..errors import ConfigError
+from .quantities import (Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
+                         Seconds)
+
+MAX_CONTEXT = 1 << 24
+"""Most tokens a sequence may hold (16 M; the longest published context windows are 10 M)."""
 
 
 class Strict(BaseModel):
     """Base model: unknown keys are errors, values are re-validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-Fraction = Field(gt=0, le=1)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Achievable(Strict):
     """Fractions of peak that real kernels reach."""
 
-    matmul: float = Fraction
-    matmul_fp8: float = Fraction
-    hbm: float = Fraction
+    matmul: Fraction
+    matmul_fp8: Fraction
+    hbm: Fraction
 
 
 class GPUSpec(Strict):
@@ -33,7 +36,7 @@ class GPUSpec(Strict):
     peak_flops: dict[Literal["bf16", "fp16", "fp8", "fp32"], Flops]
     memory: Bytes
     hbm_bandwidth: Bandwidth
-    sm_count: PositiveInt
+    sm_count: Count(4096)
     achievable: Achievable
     kernel_overhead: Seconds
     launch_overhead: Seconds
@@ -49,7 +52,7 @@ class LinkSpec(Strict):
     name: str
     bandwidth: Bandwidth
     latency: Seconds
-    achievable: float = Fraction
+    achievable: Fraction
     allreduce_busbw: Optional[Bandwidth] = None
     sources: dict[str, str] = {}
 
@@ -87,15 +90,16 @@ class LLMSpec(Strict):
     """A decoder-only transformer's shape (dense, GQA or MoE)."""
 
     name: str
-    layers: PositiveInt
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    ffn: PositiveInt
-    vocab: PositiveInt
-    experts: PositiveInt = 1
-    top_k: PositiveInt = 1
+    layers: Count(1024)
+    hidden: Count(1 << 17)
+    heads: Count(1024)
+    kv_heads: Count(1024)
+    head_dim: Count(1024)
+    ffn: Count(1 << 20)
+    vocab: Count(1 << 22)
+    context_length: Count(MAX_CONTEXT)
+    experts: Count(1024) = 1
+    top_k: Count(1024) = 1
     tokenizer: str = "byte-level-bpe"
     sources: dict[str, str] = {}
 
@@ -116,8 +120,8 @@ class Hardware(Strict):
     host_link: LinkSpec
     node_link: Optional[LinkSpec] = None
     client_link: LinkSpec
-    cpu_cores: PositiveInt = 16
-    gpus_per_node: PositiveInt = 8
+    cpu_cores: Count(4096) = 16
+    gpus_per_node: Count(1024) = 8
     cpu: CPUCosts
     cuda_graphs: bool = True
 
@@ -125,23 +129,23 @@ class Hardware(Strict):
 class LLMParallel(Strict):
     """Tensor, pipeline and data (replica) parallelism of an LLM deployment."""
 
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    replicas: PositiveInt = 1
+    tp: Count(1024) = 1
+    pp: Count(1024) = 1
+    replicas: Count(10_000) = 1
 
 
 class Serving(Strict):
     """Engine settings: batching, KV cache, CPU layout, overlap and streaming."""
 
-    max_batch: PositiveInt = 256
-    max_batched_tokens: PositiveInt = 8192
+    max_batch: Count(65_536) = 256
+    max_batched_tokens: Count(MAX_CONTEXT) = 8192
     chunked_prefill: bool = True
     overlap: Literal["sync", "async"] = "sync"
     detokenizer: Literal["engine", "separate", "api_server"] = "engine"
-    api_servers: PositiveInt = 1
-    stream_interval: PositiveInt = 1
-    block_size: PositiveInt = 16
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    api_servers: Count(1024) = 1
+    stream_interval: Count(MAX_CONTEXT) = 1
+    block_size: Count(1 << 16) = 16
+    gpu_memory_utilization: Fraction = 0.9
     router: Literal["round_robin", "least_outstanding"] = "round_robin"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
@@ -151,12 +155,12 @@ class Distribution(Strict):
     """A token-count distribution: fixed, uniform[low, high] or lognormal(median, sigma)."""
 
     dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
-    value: Optional[PositiveInt] = None
-    low: Optional[PositiveInt] = None
-    high: Optional[PositiveInt] = None
-    median: Optional[float] = Field(None, gt=0)
-    sigma: Optional[float] = Field(None, ge=0)
-    max: Optional[PositiveInt] = None
+    value: Optional[Count(MAX_CONTEXT)] = None
+    low: Optional[Count(MAX_CONTEXT)] = None
+    high: Optional[Count(MAX_CONTEXT)] = None
+    median: Optional[Annotated[Number, Field(gt=0, le=MAX_CONTEXT)]] = None
+    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = None
+    max: Optional[Count(MAX_CONTEXT)] = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -169,19 +173,47 @@ class Distribution(Strict):
         return self
 
 
-TokenCount = Union[PositiveInt, Distribution]
+    @property
+    def upper(self) -> int:
+        """The largest count it can draw; a lognormal without ``max`` is taken to 6 sigma."""
+        if self.max is not None:
+            return self.max
+        if self.dist == "fixed":
+            return self.value
+        if self.dist == "uniform":
+            return self.high
+        return int(self.median * math.exp(6 * self.sigma))
+
+
+def _token_count_branch(value) -> str:
+    return "distribution" if isinstance(value, dict) or isinstance(value, Distribution) else "count"
+
+
+# A number, or a distribution mapping: the branch is chosen by the input's type, so an error
+# inside a mapping is reported as that mapping's error, not as "not a valid integer".
+TokenCount = Annotated[Union[Annotated[Count(MAX_CONTEXT), Tag("count")],
+                             Annotated[Distribution, Tag("distribution")]],
+                       Discriminator(_token_count_branch)]
+
+
+def upper_tokens(spec) -> int:
+    """The largest token count a workload's ``prompt_tokens``/``output_tokens`` can produce."""
+    return spec if isinstance(spec, int) else spec.upper
 
 
 class Workload(Strict):
     """Who sends what, when: arrival process and prompt/output lengths (or a trace)."""
 
-    requests: PositiveInt = 200
+    requests: Count(10_000_000) = 200
     arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed", "trace"] = "poisson"
     rate: Optional[Rate] = 4.0
-    burstiness: float = Field(1.0, gt=0)
-    concurrency: Optional[PositiveInt] = None
+    burstiness: Annotated[Number, Field(ge=0.01, le=100)] = 1.0
+    concurrency: Optional[Count(1_000_000)] = None
     trace: Optional[str] = None
-    trace_time_scale: float = Field(1.0, gt=0)
+    trace_time_scale: Annotated[Number, Field(ge=1e-6, le=1e6)] = 1.0
+    # A request whose prompt and output exceed the model's context: an error, or (as Vidur's
+    # trace length generator does for traces of larger models) the prompt is cut to fit.
+    over_context: Literal["error", "truncate_prompt"] = "error"
     prompt_tokens: TokenCount = 512
     output_tokens: TokenCount = 128
 
@@ -209,7 +241,7 @@ class ScenarioBase(Strict):
     kind: str
     name: str = "scenario"
     description: str = ""
-    seed: int = 0
+    seed: Annotated[Int, Field(ge=0, lt=2**63)] = 0
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     hardware: Hardware
     record_spans: bool = True
@@ -224,4 +256,23 @@ class LLMScenario(ScenarioBase):
     serving: Serving = Serving()
     workload: Workload = Workload()
     slo: SLO = SLO()
-    max_sim_time: Optional[PositiveSeconds] = None
+    max_sim_time: Optional[Horizon] = None
+
+    @model_validator(mode="after")
+    def _fits_context(self):
+        """Synthetic lengths must fit the model's context window, unless prompts are cut to fit."""
+        w = self.workload
+        if w.trace:
+            return self  # checked row by row when the trace is read (config.trace.check_trace)
+        prompt, output = upper_tokens(w.prompt_tokens), upper_tokens(w.output_tokens)
+        ctx = self.model.context_length
+        if w.over_context == "truncate_prompt":
+            if output >= ctx:
+                raise ConfigError(f"up to {output:,} output tokens leave no room for a prompt in "
+                                  f"{self.model.name}'s {ctx:,}-token context", path="workload.output_tokens")
+        elif prompt + output > ctx:
+            raise ConfigError(f"prompts of up to {prompt:,} and outputs of up to {output:,} tokens exceed "
+                              f"{self.model.name}'s {ctx:,}-token context (a lognormal without max reaches "
+                              "median x exp(6 sigma)); lower them, set max, or set workload.over_context: "
+                              "truncate_prompt", path="workload.prompt_tokens")
+        return self

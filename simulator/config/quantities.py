@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 
 from ..units import parse
 
@@ -27,9 +27,59 @@ def _non_negative(v: float) -> float:
 
 _AS_FLOAT = PlainSerializer(float, return_type=float)
 
-Seconds = Annotated[float, _parser("time"), AfterValidator(_non_negative), _AS_FLOAT]
-PositiveSeconds = Annotated[float, _parser("time"), AfterValidator(_positive), _AS_FLOAT]
-Bytes = Annotated[float, _parser("bytes"), AfterValidator(_positive), _AS_FLOAT]
-Bandwidth = Annotated[float, _parser("bandwidth"), AfterValidator(_positive), _AS_FLOAT]
-Flops = Annotated[float, _parser("flops"), AfterValidator(_positive), _AS_FLOAT]
-Rate = Annotated[float, _parser("rate"), AfterValidator(_positive), _AS_FLOAT]
+
+# ---- bounds no real deployment exceeds -------------------------------------------------------
+
+DAY = 86_400.0
+
+
+def _at_most(limit: float, shown: str):
+    def check(v: float) -> float:
+        if v > limit:
+            raise ValueError(f"must be at most {shown}, got {v:g}")
+        return v
+    return AfterValidator(check)
+
+
+def _at_least(limit: float, shown: str):
+    def check(v: float) -> float:
+        if v < limit:
+            raise ValueError(f"must be at least {shown}, got {v:g}")
+        return v
+    return AfterValidator(check)
+
+
+# A cost, latency or SLO above a day, or a simulated horizon above ~3 years, is a typo; so is a
+# link slower than 1 kB/s, a GPU outside 1 GFLOP/s-1 EFLOP/s, 1 MB-1 PB of memory, or an arrival
+# rate outside one per 11 days to a million per second.
+Seconds = Annotated[float, _parser("time"), AfterValidator(_non_negative), _at_most(DAY, "1 day (86400 s)"),
+                    _AS_FLOAT]
+PositiveSeconds = Annotated[float, _parser("time"), AfterValidator(_positive), _at_most(DAY, "1 day (86400 s)"),
+                            _AS_FLOAT]
+Horizon = Annotated[float, _parser("time"), AfterValidator(_positive), _at_most(1e8, "1e8 s (about 3 years)"),
+                    _AS_FLOAT]
+Bytes = Annotated[float, _parser("bytes"), AfterValidator(_positive), _at_most(1e15, "1 PB"), _AS_FLOAT]
+Bandwidth = Annotated[float, _parser("bandwidth"), AfterValidator(_positive), _at_least(1e3, "1 kB/s"), _at_most(1e16, "10 PB/s"),
+                      _AS_FLOAT]
+Flops = Annotated[float, _parser("flops"), AfterValidator(_positive), _at_least(1e9, "1 GFLOP/s"), _at_most(1e18, "1 EFLOP/s"), _AS_FLOAT]
+Rate = Annotated[float, _parser("rate"), AfterValidator(_positive), _at_least(1e-6, "1e-6/s"), _at_most(1e6, "1e6/s"), _AS_FLOAT]
+
+
+def _no_bool(v):
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+NO_BOOL = BeforeValidator(_no_bool)
+Int = Annotated[int, NO_BOOL]
+Number = Annotated[float, NO_BOOL, Field(allow_inf_nan=False)]
+
+
+def Count(limit: int):  # noqa: N802 - a type factory, read like a type
+    """A positive whole number of at most ``limit`` (never a boolean)."""
+    return Annotated[int, NO_BOOL, Field(gt=0, le=limit)]
+
+
+Fraction = Annotated[float, NO_BOOL, Field(gt=0, le=1, allow_inf_nan=False)]
+"""A number in (0, 1]."""

@@ -1,50 +1,123 @@
-"""Reading request traces (CSV: arrived_at, num_prefill_tokens, num_decode_tokens)."""
+"""Reading request traces (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) and checking them
+against the scenario that replays them, at load time, so a bad row is a one-line error before any run."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from .models import MAX_CONTEXT
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+KEY = "workload.trace"
+MAX_TRACE_SECONDS = 1e8
+"""Latest arrival a trace may hold, scaled: the simulated horizon's bound (``max_sim_time``)."""
 
 
-def read_trace(path: str | Path, *, key: str = "workload.trace", limit: int | None = None) -> pd.DataFrame:
-    """Load and check a trace; any problem is a ConfigError naming the trace file and row."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"trace file {str(p)!r} does not exist", path=key)
+def _fail(p: Path, row: int | None, what: str) -> ConfigError:
+    where = f" row {row + 2}" if row is not None else ""  # +2: the header line, and rows count from 1
+    return ConfigError(f"trace {p.name}{where}: {what}", path=KEY)
+
+
+def _first(mask: np.ndarray) -> int | None:
+    bad = np.flatnonzero(mask)
+    return int(bad[0]) if bad.size else None
+
+
+def _read_csv(p: Path, limit: int | None) -> pd.DataFrame:
     try:
-        df = pd.read_csv(p, nrows=limit)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ConfigError(f"trace {p.name} is not a readable CSV ({str(exc).splitlines()[0]})", path=key) from None
+        return pd.read_csv(p, nrows=limit, encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _fail(p, None, f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OSError) as exc:
+        raise _fail(p, None, f"is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
+
+
+@lru_cache(maxsize=8)
+def _read_checked(path: str, mtime_ns: int, size: int, limit: int | None) -> pd.DataFrame:
+    p = Path(path)
+    df = _read_csv(p, limit)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ConfigError(f"trace {p.name} lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}",
-                          path=key)
+        raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}")
     if df.empty:
-        raise ConfigError(f"trace {p.name} has no rows", path=key)
+        raise _fail(p, None, "has no rows")
     out = pd.DataFrame()
     for col in COLUMNS:
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = np.flatnonzero(values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan)))
-        if bad.size:
-            row = int(bad[0])
-            raise ConfigError(f"trace {p.name} row {row + 2}: {col} = {df[col].iloc[row]!r} is not a number", path=key)
-        out[col] = values.astype(float)
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        row = _first(~np.isfinite(values))
+        if row is not None:
+            what = "is not a number" if np.isnan(values[row]) else "is not finite"
+            raise _fail(p, row, f"{col} = {str(df[col].iloc[row])[:40]!r} {what}")
+        out[col] = values
     for col in COLUMNS[1:]:
-        bad = np.flatnonzero(out[col].to_numpy() < (1 if col == "num_decode_tokens" else 1))
-        if bad.size:
-            row = int(bad[0])
-            raise ConfigError(f"trace {p.name} row {row + 2}: {col} must be at least 1, got {out[col].iloc[row]:g}",
-                              path=key)
+        values = out[col].to_numpy()
+        row = _first(values != np.floor(values))
+        if row is not None:
+            raise _fail(p, row, f"{col} must be a whole number of tokens, got {values[row]:g}")
+        row = _first((values < 1) | (values > MAX_CONTEXT))
+        if row is not None:
+            raise _fail(p, row, f"{col} must be between 1 and {MAX_CONTEXT:,} tokens, got {values[row]:g}")
     arrivals = out["arrived_at"].to_numpy()
-    if (arrivals < 0).any() or (np.diff(arrivals) < 0).any():
-        row = int(np.flatnonzero(np.r_[arrivals[:1] < 0, np.diff(arrivals) < 0])[0])
-        raise ConfigError(f"trace {p.name} row {row + 2}: arrived_at must be non-negative and non-decreasing", path=key)
+    row = _first(np.r_[arrivals[:1] < 0, np.diff(arrivals) < 0])
+    if row is not None:
+        raise _fail(p, row, "arrived_at must be non-negative and non-decreasing")
+    row = _first(arrivals > MAX_TRACE_SECONDS)
+    if row is not None:
+        raise _fail(p, row, f"arrived_at must be at most {MAX_TRACE_SECONDS:g} s (about 3 years), "
+                            f"got {arrivals[row]:g}")
     out["num_prefill_tokens"] = out["num_prefill_tokens"].astype(np.int64)
     out["num_decode_tokens"] = out["num_decode_tokens"].astype(np.int64)
     return out
+
+
+def read_trace(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
+    """Load and check a trace (cached per file version); any problem is a ConfigError naming the file and row."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"trace file {str(p)!r} does not exist", path=KEY)
+    st = p.stat()
+    return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size, limit).copy()
+
+
+def check_trace(scenario) -> None:
+    """Reject a trace that cannot serve the scenario: too few rows, or requests beyond the model's context."""
+    w = scenario.workload
+    if not w.trace:
+        return
+    df = read_trace(w.trace, limit=w.requests)
+    name = Path(w.trace).name
+    if len(df) < w.requests:
+        raise ConfigError(f"{w.requests:,} requests asked of trace {name}, which has {len(df):,} rows; "
+                          f"set workload.requests to at most {len(df):,}", path="workload.requests")
+    span = float(df["arrived_at"].iloc[-1] - df["arrived_at"].iloc[0]) * w.trace_time_scale
+    if w.arrival == "trace" and span > MAX_TRACE_SECONDS:
+        raise ConfigError(f"trace {name} spans {span:g} s once scaled, beyond {MAX_TRACE_SECONDS:g} s (about 3 "
+                          "years); lower workload.trace_time_scale", path="workload.trace_time_scale")
+    context = getattr(scenario.model, "context_length", None)
+    if context is None:
+        return
+    prompt = df["num_prefill_tokens"].to_numpy()
+    output = df["num_decode_tokens"].to_numpy()
+    limit_output = context - 1 if w.over_context == "truncate_prompt" else None
+    if limit_output is not None:
+        row = _first(output > limit_output)
+        what = f"num_decode_tokens {{}} leave no room for a prompt in {scenario.model.name}'s {context:,}-token context"
+    else:
+        row = _first(prompt + output > context)
+        what = (f"prompt + output = {{}} tokens exceed {scenario.model.name}'s {context:,}-token context; "
+                "set workload.over_context: truncate_prompt to cut prompts to fit (as Vidur does)")
+    if row is not None:
+        value = output[row] if limit_output is not None else prompt[row] + output[row]
+        raise ConfigError(f"trace {name} row {row + 2}: " + what.format(f"{value:,}"), path=KEY)
+
+
+def fit_to_context(prompt: np.ndarray, output: np.ndarray, context: int | None, over_context: str) -> np.ndarray:
+    """Prompts cut so prompt + output fits the context (``truncate_prompt``, Vidur's trace rule), else as given."""
+    if context is None or over_context != "truncate_prompt":
+        return prompt
+    return np.minimum(prompt, context - output).astype(np.int64)

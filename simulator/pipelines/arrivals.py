@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.trace import read_trace
+from ..config.trace import fit_to_context, read_trace
 
 
 @dataclass
@@ -37,17 +37,6 @@ def sample_tokens(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def max_tokens(spec) -> int:
-    """The largest count a token spec can produce (None-free upper bound used for admission checks)."""
-    if isinstance(spec, int):
-        return spec
-    if spec.dist == "fixed":
-        return spec.value
-    if spec.dist == "uniform":
-        return spec.high
-    return spec.max if spec.max is not None else int(spec.median * np.exp(6 * spec.sigma))
-
-
 def arrival_times(workload, n: int, rng: np.random.Generator) -> np.ndarray:
     """Open-loop arrival times (seconds from 0); NaN where the closed loop decides."""
     kind = workload.arrival
@@ -68,8 +57,11 @@ def arrival_times(workload, n: int, rng: np.random.Generator) -> np.ndarray:
     return times - times[0]
 
 
-def make_requests(workload, rng: np.random.Generator) -> RequestSpecs:
-    """Every request of a workload: lengths from the trace or the distributions, arrivals as configured."""
+def make_requests(workload, rng: np.random.Generator, context: int | None = None) -> RequestSpecs:
+    """Every request of a workload: lengths from the trace or the distributions, arrivals as configured.
+
+    ``context``: the model's context window; with ``over_context: truncate_prompt`` prompts are cut to
+    fit it (the loader has already rejected lengths that do not fit otherwise)."""
     if workload.trace:
         df = read_trace(workload.trace, limit=workload.requests)
         prompt = df["num_prefill_tokens"].to_numpy(np.int64)
@@ -85,4 +77,5 @@ def make_requests(workload, rng: np.random.Generator) -> RequestSpecs:
         arrival = arrival_times(workload, n, rng)
         prompt = sample_tokens(workload.prompt_tokens, n, rng)
         output = sample_tokens(workload.output_tokens, n, rng)
+    prompt = fit_to_context(prompt, output, context, workload.over_context)
     return RequestSpecs(arrival.astype(float), prompt, output)

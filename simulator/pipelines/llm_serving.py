@@ -15,7 +15,8 @@ from ..observe.llm_metrics import build_result
 from ..observe.spans import SpanRecorder
 from ..units import fmt_bytes
 from ..workloads.llm import LLMCostModel, LLMShape
-from .arrivals import make_requests, max_tokens
+from ..config.models import upper_tokens
+from .arrivals import make_requests
 from .health import assess, overload_warning, was_cut
 from .llm_engine import Engine, RequestTable
 from .llm_frontend import Frontend
@@ -96,9 +97,9 @@ def simulate(scenario):
     kv_blocks, memory = kv_capacity(scenario, cost)
     w = scenario.workload
     if not w.trace:
-        prompt = max_tokens(w.prompt_tokens)
-        check_requests_fit(scenario, kv_blocks, prompt + max_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
-    specs = make_requests(w, np.random.default_rng(scenario.seed))
+        prompt = upper_tokens(w.prompt_tokens)
+        check_requests_fit(scenario, kv_blocks, prompt + upper_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
+    specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
     if w.trace:
         check_requests_fit(scenario, kv_blocks, int((specs.prompt + specs.output).max()), int(specs.prompt.max()),
                            "workload.trace")

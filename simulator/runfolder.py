@@ -1,0 +1,85 @@
+"""Run folders: where ``lastmile run`` writes, and the rule that it never deletes what it did not write.
+
+A run folder is written whole into a temporary sibling and moved into place, so it is never seen
+half written. ``--out`` may name a new folder, an empty one, or a previous run folder (which is
+replaced); any other non-empty folder, or a file, is refused before the simulation starts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from .errors import ConfigError
+
+RUN_FILES = frozenset({"summary.json", "requests.csv", "breakdown.csv", "scenario.yaml", "trace.json"})
+"""The files every run folder holds; figures (``*.png``) may sit beside them."""
+
+
+def safe_name(name: str) -> str:
+    """A scenario name as a folder name: letters, digits, ``.``, ``_`` and ``-`` only, never a path."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip(".-")
+    return slug[:80] or "run"
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds a previous run's files and nothing else."""
+    if not (path / "summary.json").is_file() or not (path / "scenario.yaml").is_file():
+        return False
+    return all(p.is_file() and (p.name in RUN_FILES or p.suffix == ".png") for p in path.iterdir())
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that would overwrite or hide files the run did not write."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError("names a file, not a folder; choose a new folder", file=f"--out {out}")
+    if out.is_dir() and any(out.iterdir()) and not is_run_folder(out):
+        raise ConfigError("is a folder with other files in it, not a lastmile run folder; choose a new or "
+                          "empty folder (nothing was written or deleted)", file=f"--out {out}")
+
+
+def default_out(name: str, root: Path = Path("runs")) -> Path:
+    """``runs/<name>-<time>``, with a suffix if a run of the same name started in the same second."""
+    stem = f"{safe_name(name)}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out, n = root / stem, 2
+    while out.exists():
+        out, n = root / f"{stem}-{n}", n + 1
+    return out
+
+
+def _remove_run_folder(path: Path) -> None:
+    """Delete a previous run folder's own files, then the folder; anything else stays."""
+    for p in path.iterdir():
+        if p.is_file() and (p.name in RUN_FILES or p.suffix == ".png"):
+            p.unlink()
+    path.rmdir()
+
+
+def write_run(result, out: Path) -> Path:
+    """Write ``result`` to ``out`` atomically: into a temporary sibling first, then moved into place."""
+    check_out(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise ConfigError(f"cannot create the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
+    try:
+        result.write(tmp)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            old.rmdir()
+            out.rename(old)
+            tmp.rename(out)
+            _remove_run_folder(old)
+        else:
+            tmp.rename(out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"cannot write the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
