@@ -36,6 +36,14 @@ def version() -> str:
         return __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's one-line error (argparse prints the whole usage block first)."""
+
+    def error(self, message: str):
+        line = " ".join(message.split())
+        self.exit(2, f"lastmile: error: {line[:300]} (see '{self.prog} --help')\n")
+
+
 def _verbosity_flags(parser: argparse.ArgumentParser, default) -> None:
     """-q / -v, accepted before the subcommand and after it (``lastmile -q validate``, ``lastmile validate -q``)."""
     group = parser.add_mutually_exclusive_group()
@@ -46,7 +54,7 @@ def _verbosity_flags(parser: argparse.ArgumentParser, default) -> None:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = argparse.ArgumentParser(prog="lastmile", description="Where does the time go between a request "
+    parser = _Parser(prog="lastmile", description="Where does the time go between a request "
                                      "and its answer reaching the user? A discrete-event simulator of inference "
                                      "pipelines: GPU compute versus the last mile.")
     parser.add_argument("--version", action="version", version=f"lastmile {version()}")
