@@ -51,17 +51,22 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
     s = cost.shape
-    act = (sv.max_batched_tokens * (4 * s.hidden + 2 * s.ffn // cost.tp) * cost.b
-           + sv.max_batch * s.vocab * 4)
+    act_tokens = sv.max_batched_tokens * (4 * s.hidden + 2 * s.ffn // cost.tp) * cost.b
+    act_logits = sv.max_batch * s.vocab * 4
+    act = act_tokens + act_logits
     usable = gpu.memory * sv.gpu_memory_utilization
     kv_bytes = usable - weights - act
     memory = {"weights_gib": weights / 2**30, "activations_gib": act / 2**30,
               "kv_cache_gib": max(kv_bytes, 0) / 2**30, "capacity_gib": gpu.memory / 2**30}
     if kv_bytes <= 0:
-        raise ConfigError(
-            f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights + {fmt_bytes(act)} of "
-            f"activations per GPU exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}; "
-            "raise parallel.tp or parallel.pp, or use a larger GPU", path="hardware.gpu.memory")
+        budget = f"exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}"
+        if weights >= usable:
+            raise ConfigError(f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights per GPU {budget}; "
+                              "raise parallel.tp or parallel.pp, or use a larger GPU", path="hardware.gpu.memory")
+        # the weights fit: the batch's activations (sized by the token budget and the batch) tip it over
+        key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
+        raise ConfigError(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
+                          f"lower {key}, raise parallel.tp, or use a larger GPU", path=key)
     per_block = cost.kv_bytes_per_token_per_gpu() * sv.block_size
     return int(kv_bytes // per_block), memory
 
