@@ -102,7 +102,7 @@ def test_breakdown_sums_to_latency_for_every_request():
         bd = res.breakdown
         assert len(bd) == 3
         total = bd[list(CATEGORIES)].sum(axis=1)
-        np.testing.assert_allclose(total, bd["latency"], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(total, bd["latency_s"], rtol=1e-9, atol=1e-12)
         share = res.summary
         assert share["last_mile_share"] == pytest.approx(
             sum(share["breakdown_share"][c] for c in ("d2h", "encode", "deliver")))
@@ -115,7 +115,7 @@ def test_same_seed_same_result():
     assert a.requests.equals(b.requests)
     assert a.summary == b.summary
     other = simulate(sc.model_copy(update={"seed": sc.seed + 1}))
-    assert not other.requests["arrival"].equals(a.requests["arrival"])  # the seed is used
+    assert not other.requests["arrival_s"].equals(a.requests["arrival_s"])  # the seed is used
 
 
 def test_json_contract_and_text_summary():

@@ -32,7 +32,7 @@ def merged(**sections) -> dict:
 
 def identity_error(result) -> float:
     b = result.breakdown
-    return float((b[list(llm_metrics.CATEGORIES)].sum(axis=1) - b["e2e"]).abs().max())
+    return float((b[list(llm_metrics.CATEGORIES)].sum(axis=1) - b["e2e_s"]).abs().max())
 
 
 def test_single_request_ttft_and_itl_are_the_sum_of_the_stages():
@@ -49,11 +49,11 @@ def test_single_request_ttft_and_itl_are_the_sum_of_the_stages():
 
     ttft = tokenize + sched + cost.step(0, 0, [(0, 100)]).total + d2h + detok + deliver
     req = result.requests.iloc[0]
-    assert req["ttft"] == pytest.approx(ttft, rel=1e-12)
+    assert req["ttft_s"] == pytest.approx(ttft, rel=1e-12)
     receipts = [ttft]
     for k in range(1, 4):
         receipts.append(receipts[-1] + sched + cost.step(100 + k, 1).total + d2h + detok)
-    assert req["e2e"] == pytest.approx(receipts[-1], rel=1e-12)
+    assert req["e2e_s"] == pytest.approx(receipts[-1], rel=1e-12)
     itl = np.diff(receipts)
     assert result.summary["itl_ms"]["mean"] == pytest.approx(itl.mean() * 1e3, rel=1e-12)
     assert result.summary["tpot_ms"]["mean"] == pytest.approx((receipts[-1] - ttft) / 3 * 1e3, rel=1e-12)
@@ -67,7 +67,7 @@ def test_eager_launches_bound_a_short_step():
     assert launches > cost.step(101, 1).total     # a batch-1 decode step is launch-bound in eager mode
     graphs = simulator.run(merged(hardware={"gpu": {"base": "h100-sxm", "launch_overhead": "50 us"}})).requests.iloc[0]
     slow = simulator.run(eager).requests.iloc[0]
-    assert slow["tpot"] - graphs["tpot"] == pytest.approx(launches - cost.step(102, 1).total, rel=0.05)
+    assert slow["tpot_s"] - graphs["tpot_s"] == pytest.approx(launches - cost.step(102, 1).total, rel=0.05)
 
 
 def test_single_request_breakdown_is_exact():
@@ -173,15 +173,15 @@ def test_stream_interval_groups_tokens_into_chunks():
     assert result.summary["itl_ms"]["p50"] == 0.0
     req = result.requests.iloc[0]
     # the two non-zero gaps are the chunks' receipts: they add up to the time after the first token
-    assert itl.sum() == pytest.approx(req["last_token"] - req["first_token"], rel=1e-12)
-    assert req["tpot"] == pytest.approx(itl.sum() / 8, rel=1e-12)
+    assert itl.sum() == pytest.approx(req["last_token_s"] - req["first_token_s"], rel=1e-12)
+    assert req["tpot_s"] == pytest.approx(itl.sum() / 8, rel=1e-12)
 
 
 def test_closed_loop_keeps_concurrency():
     result = simulator.run(merged(workload={"requests": 40, "arrival": "closed", "concurrency": 4,
                                             "prompt_tokens": 50, "output_tokens": 20}))
     r = result.requests
-    events = sorted([(a, 1) for a in r["arrival"]] + [(e, -1) for e in r["last_token"]])
+    events = sorted([(a, 1) for a in r["arrival_s"]] + [(e, -1) for e in r["last_token_s"]])
     live = np.cumsum([d for _, d in events])
     assert live.max() == 4
     assert result.summary["requests_completed"] == 40
@@ -222,4 +222,4 @@ def test_breakdown_identity_holds_for_any_serving_setup(overlap, placement, inte
     assert result.summary["requests_completed"] == 12
     assert identity_error(result) < 1e-9
     r = result.requests
-    assert (r["ttft"] > 0).all() and (r["e2e"] >= r["ttft"]).all()
+    assert (r["ttft_s"] > 0).all() and (r["e2e_s"] >= r["ttft_s"]).all()

@@ -35,14 +35,14 @@ def test_dit_cut_before_anything_finishes_says_so(root):
 
 def test_dit_cut_midway_keeps_the_unfinished_images(root):
     full = simulator.run(root / PIPEFUSION, {"workload.requests": 4})
-    cut_at = float(full.requests["done"].iloc[1]) + 1e-6  # after the second image is delivered
+    cut_at = float(full.requests["done_s"].iloc[1]) + 1e-6  # after the second image is delivered
     r = simulator.run(root / PIPEFUSION, {"workload.requests": 4, "max_sim_time": cut_at})
     s = r.summary
     assert (s["status"], s["requests_total"], s["requests_completed"]) == ("truncated", 4, 2)
     assert "2 of 4 images did not complete; metrics cover the 2 that did" in s["warnings"][0]
     assert list(r.requests["completed"]) == [True, True, False, False]
-    assert list(r.breakdown["request"]) == [0, 1]
-    assert s["latency_s"]["mean"] == pytest.approx(full.requests["latency"].iloc[:2].mean(), rel=1e-12)
+    assert list(r.breakdown.index) == [0, 1]
+    assert s["latency_s"]["mean"] == pytest.approx(full.requests["latency_s"].iloc[:2].mean(), rel=1e-12)
     # a complete run is "ok" and has nothing to warn about
     assert full.summary["status"] == "ok" and "warnings" not in full.summary
     assert full.summary["requests_total"] == full.summary["requests_completed"] == 4

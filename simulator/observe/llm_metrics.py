@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .perfetto import trace_events
+from .perfetto import Counter, trace_events
 from .stats import stats
 from .result import Result
 
@@ -146,12 +146,13 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(t.output > 1, (e2e - ttft) / (t.output - 1), np.nan)
     requests = pd.DataFrame({
-        "request": np.arange(t.n), "arrival": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
-        "api_server": t.api, "replica": t.replica, "tokenized": t.tok_end, "first_token": t.first_R,
-        "last_token": t.last_R, "ttft": ttft, "tpot": tpot, "e2e": e2e, "preemptions": t.preemptions,
+        "arrival_s": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
+        "api_server": t.api, "replica": t.replica, "tokenized_s": t.tok_end, "first_token_s": t.first_R,
+        "last_token_s": t.last_R, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "preemptions": t.preemptions,
         "completed": done,
-    })
-    bd = pd.DataFrame({"request": ids, **{c: acc.full[c][ids] for c in CATEGORIES}, "e2e": e2e[ids]})
+    }, index=pd.RangeIndex(t.n, name="request"))
+    bd = pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
+                      index=pd.Index(ids, name="request"))
     total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[ids].sum())
     itl_sum = float((t.last_R[ids] - t.first_R[ids]).sum())
@@ -203,4 +204,51 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
         "preemptions": int(t.preemptions.sum()),
     }
     spans = recorder.frame()
-    return Result("llm", scenario, summary, requests, bd, spans, trace_events(spans), itl=itl)
+    trace = trace_events(spans, engine_counters(frontend, steps, kv_blocks),
+                         request_flows(frontend, t, steps, rows, done)) if recorder.enabled else []
+    return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)
+
+
+def engine_counters(frontend, steps, kv_blocks: int) -> list[Counter]:
+    """Batch size and KV-cache occupancy of each engine, step by step (0 while its GPU idles)."""
+    out = []
+    for engine in frontend.engines:
+        rec = engine.kv_steps
+        if rec is None or not rec.size:
+            continue
+        idx = rec["step"]
+        g0, g1 = steps["g0"][idx], steps["g1"][idx]
+        gap = np.r_[g0[1:] > g1[:-1], True]  # the GPU idles after this step
+        times = np.concatenate([g0, g1[gap]])
+        order = np.argsort(times, kind="stable")
+        batch = np.concatenate([steps["batch"][idx], np.zeros(int(gap.sum()))])[order]
+        kv = rec["kv"] / max(kv_blocks, 1)
+        kv_t = np.concatenate([g0, g1[gap]])
+        kv_v = np.concatenate([kv, kv[gap]])  # occupancy holds while idle
+        track = engine.gpu_tracks[0]
+        out.append(Counter(f"replica{engine.index} batch size", track, times[order], batch))
+        out.append(Counter(f"replica{engine.index} KV-cache occupancy", track, kv_t[order], kv_v[order]))
+    return out
+
+
+def request_flows(frontend, table, steps, rows, done: np.ndarray) -> pd.DataFrame:
+    """Each completed request's path: its tokenization on the API server, its first GPU step and
+    its last GPU step (on its replica's first GPU track)."""
+    ids = np.flatnonzero(done)
+    if not len(ids) or not rows.size:
+        return pd.DataFrame(columns=["flow", "track", "time"])
+    n = table.n
+    first = np.full(n, np.iinfo(np.int64).max)
+    last = np.full(n, -1)
+    np.minimum.at(first, rows["req"], rows["step"])
+    np.maximum.at(last, rows["req"], rows["step"])
+    ids = ids[last[ids] >= 0]
+    mid = (steps["g0"] + steps["g1"]) / 2
+    api = np.array([s.track for s in frontend.servers], dtype=object)[table.api[ids]]
+    gpu = np.array([e.gpu_tracks[0] for e in frontend.engines], dtype=object)[table.replica[ids]]
+    tok = (table.tok_start[ids] + table.tok_end[ids]) / 2
+    frame = pd.DataFrame({"flow": np.tile(ids, 3), "order": np.repeat([0, 1, 2], len(ids)),
+                          "track": np.concatenate([api, gpu, gpu]),
+                          "time": np.concatenate([tok, mid[first[ids]], mid[last[ids]]])})
+    frame = frame.sort_values(["flow", "order"], kind="stable").drop_duplicates(["flow", "track", "time"])
+    return frame[["flow", "track", "time"]].reset_index(drop=True)

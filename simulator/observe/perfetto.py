@@ -1,8 +1,26 @@
-"""Chrome/Perfetto trace events from recorded spans: one track (thread) per GPU, link and CPU process."""
+"""Chrome/Perfetto trace of a run: slices per GPU, link and CPU track, counters, and a flow per request.
+
+Times are written in microseconds with exactly three decimals, computed from whole nanoseconds:
+each slice's ``ts`` is its rounded start and its ``dur`` the rounded end minus the rounded
+start, so a slice that ends where the next begins never overlaps it, not even by 1 ns after
+rounding. Spans that genuinely overlap on one track (concurrent transfers on a link port) go
+to numbered sub-tracks (``link:gpu0.tx (2)``), since Perfetto needs the slices of one thread
+to nest. Every span is written (no cap): events are streamed to the file, not built as one list.
+"""
 
 from __future__ import annotations
 
+import heapq
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
 import pandas as pd
+
+REQUEST_NAME = r"^r(\d+) "
+"""Span names that start with ``r<id> `` belong to request ``<id>`` (DiT, token pipeline)."""
 
 
 def _group(track: str) -> str:
@@ -13,22 +31,192 @@ def _group(track: str) -> str:
     return "gpus"
 
 
-def trace_events(spans: pd.DataFrame, max_events: int = 200_000) -> list[dict]:
-    """Complete ('X') events in microseconds, with process/thread names for each track."""
+def _us(ns: int) -> str:
+    """Whole nanoseconds as microseconds with three decimals, exactly (no float rounding)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(int(ns))
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def _ns(seconds) -> np.ndarray:
+    return np.rint(np.asarray(seconds, dtype=float) * 1e9).astype(np.int64)
+
+
+def assign_lanes(start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Lane of each span (input sorted by start) so spans in one lane never overlap.
+
+    Greedy interval partitioning: a span takes the lowest-numbered lane already free at its
+    start, so the common case (no overlap) is lane 0 for every span, checked without a loop.
+    """
+    n = len(start_ns)
+    lanes = np.zeros(n, dtype=np.int64)
+    if n < 2 or bool((start_ns[1:] >= np.maximum.accumulate(end_ns)[:-1]).all()):
+        return lanes
+    free: list[int] = []          # lanes whose last span has ended, as a heap of lane numbers
+    busy: list[tuple[int, int]] = []  # (end, lane) of lanes in use
+    count = 0
+    for i in range(n):
+        s = int(start_ns[i])
+        while busy and busy[0][0] <= s:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane, count = count, count + 1
+        lanes[i] = lane
+        heapq.heappush(busy, (int(end_ns[i]), lane))
+    return lanes
+
+
+@dataclass
+class Counter:
+    """A counter track: ``name`` with ``values`` at ``times`` (seconds), shown under ``track``'s group."""
+
+    name: str
+    track: str
+    times: np.ndarray
+    values: np.ndarray
+
+
+@dataclass
+class Trace:
+    """The trace of one run, written lazily: spans as slices, counters, and flows.
+
+    ``flows``: a frame with columns ``flow`` (request id), ``track`` and ``time`` (seconds),
+    one row per point a request passes through, in order; each point is bound to the slice
+    on ``track`` that contains ``time`` (points that fall in no slice are dropped).
+    """
+
+    spans: pd.DataFrame
+    counters: list = field(default_factory=list)
+    flows: pd.DataFrame | None = None
+
+    def __len__(self) -> int:
+        return len(self.spans) + sum(len(c.times) for c in self.counters)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self) -> Iterator[dict]:
+        for line in self.lines():
+            yield json.loads(line)
+
+    # -- layout ------------------------------------------------------------------------------
+    def _layout(self):
+        """Spans sorted by track and start, in ns, with a lane each; pid and tid per (track, lane)."""
+        sp = self.spans
+        tracks = sorted(set(sp["track"].astype(str)) | {c.track for c in self.counters})
+        groups = sorted({_group(t) for t in tracks})
+        pid = {g: i + 1 for i, g in enumerate(groups)}
+        start = _ns(sp["start"].to_numpy(float))
+        end = np.maximum(_ns(sp["end"].to_numpy(float)), start)
+        frame = pd.DataFrame({"track": sp["track"].astype(str).to_numpy(), "name": sp["name"].astype(str).to_numpy(),
+                              "cat": sp["category"].astype(str).to_numpy(), "s": start, "e": end})
+        frame = frame.sort_values(["track", "s", "e"], kind="stable", ignore_index=True)
+        lanes = np.zeros(len(frame), dtype=np.int64)
+        bounds = {}
+        for track, idx in frame.groupby("track", sort=False).indices.items():
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            lanes[lo:hi] = assign_lanes(frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi])
+            bounds[track] = (lo, hi)
+        frame["lane"] = lanes
+        tid, names, next_tid = {}, {}, 1
+        for t in tracks:
+            for lane in range(int(lanes[bounds[t][0]:bounds[t][1]].max()) + 1 if t in bounds else 1):
+                tid[(t, lane)] = next_tid
+                names[(t, lane)] = t if lane == 0 else f"{t} ({lane + 1})"
+                next_tid += 1
+        return frame, bounds, pid, tid, names
+
+    # -- output ------------------------------------------------------------------------------
+    def lines(self) -> Iterator[str]:
+        """Every trace event as one JSON object string: metadata, slices, counters, flows."""
+        if self.spans.empty and not self.counters:
+            return
+        frame, bounds, pid, tid, names = self._layout()
+        for g, p in pid.items():
+            yield json.dumps({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": g}})
+        for (t, lane), i in tid.items():
+            yield json.dumps({"ph": "M", "name": "thread_name", "pid": pid[_group(t)], "tid": i,
+                              "args": {"name": names[(t, lane)]}})
+        quoted: dict[str, str] = {}
+        for track, (lo, hi) in bounds.items():
+            p = pid[_group(track)]
+            tids = [tid[(track, lane)] for lane in range(int(frame["lane"].to_numpy()[lo:hi].max()) + 1)]
+            for name, cat, s, e, lane in zip(frame["name"].to_numpy()[lo:hi], frame["cat"].to_numpy()[lo:hi],
+                                             frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi],
+                                             frame["lane"].to_numpy()[lo:hi]):
+                qn = quoted.get(name) or quoted.setdefault(name, json.dumps(name))
+                qc = quoted.get("\0" + cat) or quoted.setdefault("\0" + cat, json.dumps(cat or "span"))
+                yield (f'{{"ph":"X","name":{qn},"cat":{qc},"pid":{p},"tid":{tids[lane]},'
+                       f'"ts":{_us(s)},"dur":{_us(e - s)}}}')
+        for c in self.counters:
+            qn, p = json.dumps(c.name), pid[_group(c.track)]
+            for ns, v in zip(_ns(c.times), np.asarray(c.values, dtype=float)):
+                if np.isfinite(v):
+                    yield f'{{"ph":"C","name":{qn},"pid":{p},"tid":0,"ts":{_us(ns)},"args":{{"value":{float(v)!r}}}}}'
+        yield from self._flow_lines(frame, bounds, pid, tid)
+
+    def _flow_lines(self, frame, bounds, pid, tid) -> Iterator[str]:
+        """One flow per request ('s', then 't' per middle point, then 'f'), each bound inside a slice."""
+        if self.flows is None or self.flows.empty:
+            return
+        points = {}
+        for track, grp in self.flows.groupby("track", sort=False):
+            if track not in bounds:
+                continue
+            lo, hi = bounds[track]
+            s, e = frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi]
+            lane = frame["lane"].to_numpy()[lo:hi]
+            t = _ns(grp["time"].to_numpy(float))
+            i = np.searchsorted(s, t, side="right") - 1
+            ok = (i >= 0) & (e[np.maximum(i, 0)] >= t)
+            for row, k, good in zip(grp.index, i, ok):
+                if good:
+                    points[row] = (pid[_group(track)], tid[(track, int(lane[k]))], int((s[k] + e[k]) // 2))
+        flows = self.flows.loc[[r for r in self.flows.index if r in points]]
+        for fid, grp in flows.groupby("flow", sort=True):
+            rows = list(grp.index)
+            if len(rows) < 2:
+                continue
+            for j, r in enumerate(rows):
+                p, th, ns = points[r]
+                ph = "s" if j == 0 else ("f" if j == len(rows) - 1 else "t")
+                bp = '' if ph == "s" else ',"bp":"e"'
+                yield (f'{{"ph":"{ph}","id":{int(fid)},"name":"request {int(fid)}","cat":"request",'
+                       f'"pid":{p},"tid":{th},"ts":{_us(ns)}{bp}}}')
+
+    def write(self, path: str | Path) -> None:
+        """Stream the trace to ``path`` as ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"traceEvents": [')
+            for i, line in enumerate(self.lines()):
+                f.write(("\n" if i == 0 else ",\n") + line)
+            f.write('\n], "displayTimeUnit": "ms"}\n')
+
+
+def request_flows(spans: pd.DataFrame) -> pd.DataFrame:
+    """Flow points of requests whose spans are named ``r<id> ...``: its first span on each track, in
+    time order, then its last span."""
     if spans.empty:
-        return []
-    spans = spans.iloc[:max_events]
-    tracks = sorted(spans["track"].unique())
-    groups = sorted({_group(t) for t in tracks})
-    pid = {g: i + 1 for i, g in enumerate(groups)}
-    tid = {t: i + 1 for i, t in enumerate(tracks)}
-    events: list[dict] = []
-    for g in groups:
-        events.append({"ph": "M", "name": "process_name", "pid": pid[g], "tid": 0, "args": {"name": g}})
-    for t in tracks:
-        events.append({"ph": "M", "name": "thread_name", "pid": pid[_group(t)], "tid": tid[t], "args": {"name": t}})
-    for track, name, start, end, cat in zip(spans["track"], spans["name"], spans["start"], spans["end"],
-                                            spans["category"]):
-        events.append({"ph": "X", "name": str(name), "cat": str(cat) or "span", "pid": pid[_group(track)],
-                       "tid": tid[track], "ts": round(start * 1e6, 3), "dur": round((end - start) * 1e6, 3)})
-    return events
+        return pd.DataFrame(columns=["flow", "track", "time"])
+    rid = spans["name"].astype(str).str.extract(REQUEST_NAME, expand=False)
+    mine = spans[rid.notna()].assign(flow=rid[rid.notna()].astype(np.int64))
+    if mine.empty:
+        return pd.DataFrame(columns=["flow", "track", "time"])
+    mine = mine.assign(time=(mine["start"] + mine["end"]) / 2)
+    first = mine.sort_values(["flow", "start"], kind="stable").drop_duplicates(["flow", "track"])
+    last = mine.sort_values(["flow", "end"], kind="stable").drop_duplicates("flow", keep="last")
+    pts = pd.concat([first, last]).drop_duplicates(["flow", "track", "time"])
+    pts = pts.sort_values(["flow", "time"], kind="stable")
+    return pts[["flow", "track", "time"]].reset_index(drop=True)
+
+
+def trace_events(spans: pd.DataFrame, counters: list | None = None, flows: pd.DataFrame | None = None) -> Trace:
+    """The run's trace: every span as a slice, with ``counters`` and request ``flows``.
+
+    Without explicit ``flows``, requests are followed by their span names (``r<id> ...``).
+    """
+    if flows is None:
+        flows = request_flows(spans)
+    return Trace(spans, list(counters or ()), flows)

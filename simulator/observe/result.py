@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,15 +12,63 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .figures import write_run_figures
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (NaN, inf) replaced by None, numpy scalars made plain,
+    so ``json.dumps(..., allow_nan=False)`` always succeeds."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def with_units(frame: pd.DataFrame, seconds, index: str | None = "request") -> pd.DataFrame:
+    """``frame`` as published: the columns named in ``seconds`` become ``<name>_s`` and ``index``
+    (when it is a column) becomes the index, so requests and breakdown join on it."""
+    out = frame.rename(columns={c: f"{c}_s" for c in seconds if c in frame.columns})
+    if index is not None and index in out.columns:
+        out = out.set_index(index)
+    return out
+
+
+def _seconds(x) -> str:
+    """A duration in readable units (``-`` when undefined)."""
+    if x is None or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "-"
+    ax = abs(x)
+    if ax >= 1:
+        return f"{x:.3g} s"
+    if ax >= 1e-3:
+        return f"{x * 1e3:.3g} ms"
+    return f"{x * 1e6:.3g} us"
+
+
+def _ms(x) -> str:
+    return "-" if x is None else _seconds(x / 1e3)
+
+
+def _share(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
 
 @dataclass
 class Result:
-    """What a run produced: the summary dict and tidy DataFrames, plus the Perfetto trace events.
+    """What a run produced: the summary dict and tidy DataFrames, plus the Perfetto trace.
 
-    ``requests``: one row per request (timestamps, metrics); ``breakdown``: one row per
-    request, one column per latency category, summing to its latency; ``spans``: one row
-    per recorded span (track, name, start, end, category); ``itl``: every inter-token gap
-    at the client in seconds (LLM runs).
+    ``requests``: one row per request, indexed by ``request``, times in seconds with the unit
+    in the column name (``arrival_s``, ``ttft_s``, ``e2e_s`` ...); ``breakdown``: one row per
+    completed request, indexed by ``request`` too (so the two join), one column per latency
+    category in seconds, summing to its latency; ``spans``: one row per recorded span (track,
+    name, start, end, category); ``itl``: every inter-token gap at the client in seconds (LLM
+    runs). ``trace_events``: the trace (a :class:`~simulator.observe.perfetto.Trace`, or a list
+    of event dicts), written to ``trace.json``.
     """
 
     kind: str
@@ -27,20 +77,80 @@ class Result:
     requests: pd.DataFrame
     breakdown: pd.DataFrame
     spans: pd.DataFrame
-    trace_events: list = field(default_factory=list, repr=False)
+    trace_events: object = field(default_factory=list, repr=False)
     itl: np.ndarray | None = field(default=None, repr=False)
 
     def resolved_scenario(self) -> dict:
         return self.scenario.model_dump(mode="json")
 
-    def write(self, out_dir: str | Path) -> Path:
-        """Write summary.json, requests.csv, breakdown.csv, scenario.yaml and trace.json."""
+    # -- readable forms ----------------------------------------------------------------------
+    def headline(self) -> list[tuple[str, str]]:
+        """The key metrics of the run as (label, readable value) pairs."""
+        s = self.summary
+        rows = [("kind", self.kind), ("name", str(s.get("scenario", s.get("name", "?")))),
+                ("status", str(s.get("status", "ok")))]
+        if "requests_total" in s:
+            rows.append(("requests", f"{s.get('requests_completed')}/{s.get('requests_total')} completed"))
+        if self.kind == "llm":
+            for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+                st = s.get(key) or {}
+                rows.append((f"{label} p50 / p99", f"{_ms(st.get('p50'))} / {_ms(st.get('p99'))}"))
+            tp = (s.get("throughput") or {}).get("output_tokens_per_s")
+            rows.append(("throughput", "-" if tp is None else f"{tp:,.0f} output tok/s"))
+            rows.append(("last mile", f"{_share(s.get('last_mile_share'))} of E2E, "
+                                      f"{_share(s.get('itl_last_mile_share'))} of inter-token time"))
+        else:
+            st = s.get("latency_s") or {}
+            rows.append(("latency p50 / p99", f"{_seconds(st.get('p50'))} / {_seconds(st.get('p99'))}"))
+            if "last_mile_share" in s:
+                rows.append(("last mile", _share(s.get("last_mile_share"))))
+            if "bubble_fraction" in s:
+                rows.append(("bubble", _share(s.get("bubble_fraction"))))
+        return rows
+
+    def breakdown_means(self) -> dict[str, float]:
+        """Mean seconds per breakdown category over the completed requests (empty for no breakdown)."""
+        bd = self.breakdown
+        if self.kind == "token_pipeline" or bd is None or bd.empty:
+            return {}
+        cats = [c for c in bd.columns if not c.endswith("_s")]
+        return {c: float(bd[c].mean()) for c in cats}
+
+    def __repr__(self) -> str:
+        head = dict(self.headline())
+        parts = [f"{k}={v}" for k, v in head.items() if k not in ("kind", "name")]
+        return f"<Result {self.kind} {head['name']!r}: " + ", ".join(parts) + ">"
+
+    def _repr_html_(self) -> str:
+        """A small table of the headline metrics and the mean breakdown, for notebooks."""
+        esc = html.escape
+        rows = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                       for k, v in self.headline())
+        means = self.breakdown_means()
+        total = sum(means.values()) or 1.0
+        bd = "".join(f"<tr><td>{esc(c)}</td><td>{esc(_seconds(m))}</td><td>{100 * m / total:.1f}%</td></tr>"
+                     for c, m in means.items())
+        out = f"<table><caption>lastmile result</caption>{rows}</table>"
+        if bd:
+            out += ("<table><caption>mean breakdown per request</caption>"
+                    f"<tr><th>category</th><th>mean</th><th>share</th></tr>{bd}</table>")
+        return out
+
+    # -- the run folder ----------------------------------------------------------------------
+    def write(self, out_dir: str | Path, figures: bool = True) -> Path:
+        """Write summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json and (unless
+        ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, sort_keys=False) + "\n")
-        self.requests.to_csv(out / "requests.csv", index=False)
-        self.breakdown.to_csv(out / "breakdown.csv", index=False)
+        (out / "summary.json").write_text(json.dumps(json_safe(self.summary), indent=2, allow_nan=False) + "\n")
+        self.requests.to_csv(out / "requests.csv", index=self.requests.index.name is not None)
+        self.breakdown.to_csv(out / "breakdown.csv", index=self.breakdown.index.name is not None)
         (out / "scenario.yaml").write_text(yaml.safe_dump(self.resolved_scenario(), sort_keys=False))
-        (out / "trace.json").write_text(json.dumps({"traceEvents": self.trace_events,
-                                                     "displayTimeUnit": "ms"}))
+        trace = self.trace_events
+        if hasattr(trace, "write"):
+            trace.write(out / "trace.json")
+        else:
+            (out / "trace.json").write_text(json.dumps({"traceEvents": list(trace), "displayTimeUnit": "ms"}))
+        if figures:
+            write_run_figures(self, out)
         return out

@@ -33,7 +33,7 @@ from ..hardware.cpu import CorePool, CPUProcess
 from ..hardware.gpu import GPU
 from ..hardware.topology import LinkParams, Topology
 from ..observe.perfetto import trace_events
-from ..observe.result import Result
+from ..observe.result import Result, with_units
 from ..observe.spans import SpanRecorder
 from ..observe.stats import stats
 from ..workloads import dit as W
@@ -489,9 +489,9 @@ def _oom_result(sc: DiTScenario, need: float, have: float) -> Result:
         "last_mile_share": None, "requests_total": sc.workload.requests, "requests_completed": 0,
         "throughput": {"images_per_s": 0.0},
     }
-    empty = pd.DataFrame(columns=["request", "latency"])
-    return Result("dit", sc, summary, empty, pd.DataFrame(columns=["request", *CATEGORIES,
-                                                                   "latency"]),
+    empty = with_units(pd.DataFrame(columns=list(REQUEST_COLUMNS)), SECONDS)
+    return Result("dit", sc, summary, empty, with_units(pd.DataFrame(columns=["request", *CATEGORIES,
+                                                                              "latency"]), ("latency",)),
                   pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
 
 
@@ -549,13 +549,15 @@ def simulate(sc: DiTScenario) -> Result:
                                     req["queue"].to_numpy(float), req["completed"].to_numpy(bool),
                                     unit="images")
     assess(summary, wl.requests, len(done), cut, sc.max_sim_time, [overload], unit="image")
-    return Result("dit", sc, summary, req, bd, spans,
+    return Result("dit", sc, summary, with_units(req, SECONDS), with_units(bd, ("latency",)), spans,
                   trace_events(spans) if sc.record_spans else [])
 
 
 REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
                    "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
                    *CATEGORIES, "completed")
+SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in ("request", "output_bytes", "comm_bytes_per_gpu", "completed"))
+"""Request columns in seconds: published as ``<name>_s``."""
 
 
 def _request_frame(sim: DiTSim, total: int, times: np.ndarray | None) -> pd.DataFrame:

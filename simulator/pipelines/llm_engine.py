@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hardware.cpu import CPUProcess, SerialChannel
+from ..observe.columns import Columns
 from ..observe.llm_metrics import PREFILL_ONLY
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -83,6 +84,8 @@ class Engine:
         self.steps = steps
         self.rows = rows
         self.recorder = recorder
+        # Per-step KV blocks in use, for the trace's counter tracks (only when spans are recorded).
+        self.kv_steps = Columns({"step": "i8", "kv": "i8"}) if recorder.enabled else None
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.prefilling: list[int] = []
@@ -226,6 +229,8 @@ class Engine:
             for track in self.gpu_tracks:
                 self.recorder.add_span_only(track, label, g0, g1, "prefill" if chunks else "decode")
         used = self.kv_total - self.kv_free
+        if self.kv_steps is not None:
+            self.kv_steps.append(step=index, kv=used)
         self.kv_peak = max(self.kv_peak, used)
         self.kv_sum += used * (g1 - g0)
         return Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,

@@ -16,7 +16,7 @@ from ..config.dit_models import TokenPipelineScenario, layer_split
 from ..hardware.gpu import GPU
 from ..hardware.topology import LinkParams, Topology
 from ..observe.perfetto import trace_events
-from ..observe.result import Result
+from ..observe.result import Result, with_units
 from ..observe.spans import SpanRecorder
 from ..workloads import dit as W
 from ..workloads.llm import LLMCostModel, LLMShape
@@ -171,5 +171,6 @@ def simulate(sc: TokenPipelineScenario) -> Result:
                         "stage0_time": slice_times[0]})
     bd = pd.DataFrame({"stage": range(P), "busy": busy, "latency": latency,
                        "bubble": latency - busy})
-    return Result("token_pipeline", sc, summary, req, bd, spans,
+    return Result("token_pipeline", sc, summary, with_units(req, ("stage0_time",), "slice"),
+                  with_units(bd, ("busy", "latency", "bubble"), "stage"), spans,
                   trace_events(spans) if sc.record_spans else [])

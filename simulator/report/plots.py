@@ -145,7 +145,7 @@ def latency_cdfs(results: Mapping[str, object], title: str) -> Figure:
     xlabel = "inter-token latency (ms)"
     for i, (label, res) in enumerate(results.items()):
         color = SERIES[i % len(SERIES)]
-        _cdf(a, res.requests["ttft"].to_numpy(dtype=float), label, color)
+        _cdf(a, res.requests["ttft_s"].to_numpy(dtype=float), label, color)
         samples, xlabel = itl_samples(res)
         _cdf(b, samples, label, color)
     a.set_xlabel("time to first token (ms)")

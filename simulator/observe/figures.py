@@ -1,0 +1,176 @@
+"""Figures of one run, written into its run folder so a run can be looked at without Jupyter.
+
+``breakdown.png``: mean seconds per latency category; ``latency_cdf.png``: the distribution of
+TTFT, ITL and E2E (LLM) or of image latency (DiT); ``timeline.png``: a few engine steps (or
+denoising slices) across the GPU, link and CPU tracks. Matplotlib's Agg backend, imported only
+when figures are drawn, so loading the package stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+FIGURES = ("breakdown.png", "latency_cdf.png", "timeline.png")
+CDF_POINTS = 2000
+"""Most points drawn per CDF curve (quantiles of the samples), so long runs draw as fast as short ones."""
+TIMELINE_SLICES = 6
+"""Slices of the busiest GPU track shown by the timeline."""
+COLORS = {"prefill": "#1f77b4", "decode": "#4c9be8", "compute": "#1f77b4", "comm": "#ff7f0e",
+          "d2h": "#d62728", "cpu": "#2ca02c", "idle": "#cccccc"}
+DPI = 90
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    """A scale and unit label that make ``seconds`` read as a number between 1 and 1000."""
+    if seconds >= 1:
+        return 1.0, "s"
+    if seconds >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "us"
+
+
+def breakdown_figure(result, path: Path) -> bool:
+    """Horizontal bars of the mean seconds per category; False when there is no breakdown."""
+    means = result.breakdown_means()
+    if not means:
+        return False
+    plt = _plt()
+    cats = list(means)
+    vals = np.array([means[c] for c in cats])
+    scale, unit = _unit(float(vals.max()) if vals.max() > 0 else 1.0)
+    total = float(vals.sum()) or 1.0
+    fig, ax = plt.subplots(figsize=(6.4, 0.35 * len(cats) + 1.2))
+    bars = ax.barh(cats[::-1], vals[::-1] * scale, color="#4c72b0")
+    for bar, v in zip(bars, vals[::-1]):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {100 * v / total:.1f}%",
+                va="center", fontsize=8)
+    ax.set_xlabel(f"mean per request ({unit})")
+    ax.set_title(f"where the latency goes: {_name(result)}", fontsize=10)
+    ax.margins(x=0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return True
+
+
+def _name(result) -> str:
+    return str(result.summary.get("scenario", result.summary.get("name", result.kind)))
+
+
+def _cdf_xy(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    if len(v) > CDF_POINTS:
+        q = np.linspace(0, 1, CDF_POINTS)
+        return np.quantile(v, q), q
+    return v, np.arange(1, len(v) + 1) / max(len(v), 1)
+
+
+def latency_samples(result) -> dict[str, np.ndarray]:
+    """Latency samples in seconds by metric, completed requests only (empty arrays when none)."""
+    req = result.requests
+    done = req["completed"].to_numpy(bool) if "completed" in req else np.ones(len(req), bool)
+    if result.kind == "llm":
+        itl = result.itl if result.itl is not None else np.empty(0)
+        return {"TTFT": req["ttft_s"].to_numpy(float)[done], "ITL": np.asarray(itl, float),
+                "E2E": req["e2e_s"].to_numpy(float)[done]}
+    if result.kind == "dit" and "latency_s" in req:
+        return {"latency": req["latency_s"].to_numpy(float)[done]}
+    return {}
+
+
+def cdf_figure(result, path: Path) -> bool:
+    """One CDF panel per latency metric; False when no request completed."""
+    samples = {k: v for k, v in latency_samples(result).items() if len(v)}
+    if not samples:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(samples), figsize=(3.2 * len(samples) + 0.6, 3.0), squeeze=False)
+    for ax, (label, v) in zip(axes[0], samples.items()):
+        scale, unit = _unit(float(np.median(v)) if np.median(v) > 0 else float(v.max() or 1.0))
+        x, y = _cdf_xy(v)
+        ax.plot(x * scale, y, color="#4c72b0", lw=1.5, drawstyle="steps-post")
+        p50, p99 = np.percentile(v, [50, 99])
+        ax.axvline(p50 * scale, color="grey", lw=0.8, ls="--")
+        ax.axvline(p99 * scale, color="grey", lw=0.8, ls=":")
+        ax.set_title(f"{label}: p50 {p50 * scale:.3g}, p99 {p99 * scale:.3g} {unit}", fontsize=9)
+        ax.set_xlabel(f"{label} ({unit})")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("fraction of samples")
+    fig.suptitle(f"latency distribution: {_name(result)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return True
+
+
+def timeline_window(spans: pd.DataFrame, n: int = TIMELINE_SLICES) -> tuple[float, float] | None:
+    """A window covering ``n`` consecutive slices from the middle of the busiest GPU track."""
+    if spans.empty:
+        return None
+    gpu = spans[~spans["track"].astype(str).str.contains(":")]
+    base = gpu if len(gpu) else spans
+    track = base["track"].value_counts().index[0]
+    sl = base[base["track"] == track].sort_values("start")
+    k = max(0, len(sl) // 2 - n // 2)
+    part = sl.iloc[k:k + n]
+    lo, hi = float(part["start"].min()), float(part["end"].max())
+    return (lo, hi) if hi > lo else (lo, lo + 1e-6)
+
+
+def timeline_figure(result, path: Path) -> bool:
+    """Bars per track (GPU, link, CPU) over a few steps from the middle of the run."""
+    spans = result.spans
+    window = timeline_window(spans) if spans is not None else None
+    if window is None:
+        return False
+    lo, hi = window
+    pad = 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
+    sp = spans[(spans["end"] > lo) & (spans["start"] < hi)]
+    tracks = sorted(sp["track"].astype(str).unique(), key=lambda t: (":" in t, t.startswith("cpu:"), t))
+    plt = _plt()
+    scale, unit = _unit(hi - lo)
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(tracks) + 1.4))
+    seen = set()
+    for y, track in enumerate(tracks):
+        s = sp[sp["track"] == track]
+        for cat, g in s.groupby("category"):
+            a = (np.maximum(g["start"].to_numpy(float), lo) - lo) * scale
+            b = (np.minimum(g["end"].to_numpy(float), hi) - lo) * scale
+            color = COLORS.get(str(cat), "#9467bd")
+            label = None if cat in seen else (str(cat) or "span")
+            seen.add(cat)
+            ax.broken_barh(list(zip(a, np.maximum(b - a, 0))), (y - 0.4, 0.8), color=color, label=label,
+                           edgecolor="white", linewidth=0.3)
+    ax.set_yticks(range(len(tracks)), tracks, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (hi - lo) * scale)
+    ax.set_xlabel(f"time from {lo:.6g} s ({unit})")
+    ax.set_title(f"timeline of a few steps: {_name(result)}", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return True
+
+
+def write_run_figures(result, folder: str | Path) -> list[Path]:
+    """Draw the run's figures into ``folder``; returns the files written (a figure with nothing
+    to show, e.g. a CDF when no request completed, is skipped)."""
+    folder = Path(folder)
+    written = []
+    for name, draw in zip(FIGURES, (breakdown_figure, cdf_figure, timeline_figure)):
+        if draw(result, folder / name):
+            written.append(folder / name)
+    return written
