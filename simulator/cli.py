@@ -48,7 +48,7 @@ def _verbosity_flags(parser: argparse.ArgumentParser, default) -> None:
     """-q / -v, accepted before the subcommand and after it (``lastmile -q validate``, ``lastmile validate -q``)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", action="store_const", const=progress.QUIET, dest="verbosity",
-                       default=default, help="only errors and the requested output: no progress, no notes")
+                       default=default, help="only errors, warnings and the requested output: no progress, no notes")
     group.add_argument("-v", "--verbose", action="store_const", const=progress.VERBOSE, dest="verbosity",
                        default=default, help="more detail on stderr (timings)")
 
