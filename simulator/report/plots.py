@@ -68,13 +68,53 @@ def to_png(fig: Figure, dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
+LINESTYLES = ("-", "--", ":", "-.")
+DODGE = 1.04
+"""Factor by which a series is shifted right on a log x axis per rank of its second name part."""
+
+
+def label_mantissas(decades: float) -> tuple[float, ...]:
+    """Which multiples of a power of ten a log axis labels, by how many decades it spans: every
+    labelled tick stays readable (no crowding over many decades, more than two labels over few)."""
+    if decades > 3.5:
+        return (1,)
+    if decades > 1.2:
+        return (1, 2, 5)
+    return (1, 2, 3, 4, 5, 6, 8)
+
+
 def _log_labels(axis) -> None:
-    """Plain-number labels on a log axis, at 1, 2 and 5 times powers of ten."""
+    """Plain-number labels on a log axis, as many as its span allows (see ``label_mantissas``)."""
     def fmt(v, _pos):
+        lo, hi = sorted(axis.get_view_interval())
+        decades = np.log10(hi / lo) if lo > 0 and hi > 0 else 10.0
         mant = v / 10 ** np.floor(np.log10(v)) if v > 0 else 0
-        return f"{v:g}" if any(abs(mant - m) < 1e-6 for m in (1, 2, 5)) else ""
+        return f"{v:g}" if any(abs(mant - m) < 1e-6 for m in label_mantissas(decades)) else ""
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+    axis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=tuple(range(2, 10)), numticks=100))
     axis.set_major_formatter(matplotlib.ticker.FuncFormatter(fmt))
     axis.set_minor_formatter(matplotlib.ticker.FuncFormatter(fmt))
+
+
+def series_styles(names: Sequence[str], sep: str = " · ") -> dict[str, dict]:
+    """Line style of each series named ``first · second``: colour and marker follow the first part,
+    line style and marker fill the second, so series that coincide stay distinguishable (an open
+    marker around a filled one, a dashed line over a solid one)."""
+    firsts = list(dict.fromkeys(str(n).partition(sep)[0] for n in names))
+    seconds = list(dict.fromkeys(str(n).partition(sep)[2] for n in names))
+    out = {}
+    for n in names:
+        a, _, b = str(n).partition(sep)
+        i, j = firsts.index(a), seconds.index(b)
+        color = SERIES[i % len(SERIES)]
+        out[n] = {"color": color, "marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[j % len(LINESTYLES)],
+                  "ms": 5 + 2 * j, "mfc": color if j == 0 else "white", "mew": 1.4, "zorder": 3 + 0.1 * j}
+    return out
+
+
+def _rank(style: dict) -> int:
+    """Position of a series' second name part (0 for the first), from its line style."""
+    return LINESTYLES.index(style["ls"])
 
 
 def save(fig: Figure, path, dpi: int = 110) -> None:
@@ -157,7 +197,7 @@ def latency_cdfs(results: Mapping[str, object], title: str) -> Figure:
     for ax in (a, b):
         ax.set_xscale("log")
         _log_labels(ax.xaxis)
-    b.legend(fontsize=8, loc="lower right")
+    b.legend(fontsize=8, loc="center left")
     fig.suptitle(_wrap(title, fig))
     return fig
 
@@ -166,16 +206,18 @@ def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabe
           logx: bool = False, logy: bool = False, percent: bool = False, threshold: float | None = None,
           threshold_label: str | None = None, ax=None) -> Figure:
     """One line per ``hue`` value of ``y`` against ``x``; failed points (status != ok) are left out."""
-    fig, ax = _figure(7.5, 4.5) if ax is None else (ax.figure, ax)
+    fig, ax = _figure(9.5, 4.5) if ax is None else (ax.figure, ax)
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
-    groups = ok.groupby(hue, sort=False) if hue else [(None, ok)]
+    groups = list(ok.groupby(hue, sort=False)) if hue else [(None, ok)]
+    styles = series_styles([name for name, _ in groups])
     scale = 100.0 if percent else 1.0
-    for i, (name, g) in enumerate(groups):
+    for name, g in groups:
         g = g.sort_values(x)
-        ax.plot(g[x], g[y] * scale, marker=MARKERS[i % len(MARKERS)], color=SERIES[i % len(SERIES)],
-                label=str(name) if hue else None, lw=1.6, ms=5)
+        # on a log x axis, later second parts are dodged a few percent right so coinciding series show
+        xs = g[x] * (DODGE ** _rank(styles[name]) if logx else 1.0)
+        ax.plot(xs, g[y] * scale, label=str(name) if hue else None, lw=1.6, **styles[name])
     if threshold is not None:
-        ax.axhline(threshold * scale, color="black", ls="--", lw=1, label=threshold_label)
+        ax.axhline(threshold * scale, color="black", ls=(0, (6, 3)), lw=1.2, label=threshold_label, zorder=1)
     if logx:
         ax.set_xscale("log", base=2)
         ticks = sorted(ok[x].unique())
@@ -186,10 +228,11 @@ def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabe
         _log_labels(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(_wrap(title, fig))
+    ax.set_title(_wrap(title, fig, 0.72))
     ax.grid(alpha=0.3)
     if hue or threshold_label:
-        ax.legend(title=hue if hue and "." not in hue else (hue.split(".")[-1] if hue else None), fontsize=8)
+        ax.legend(title=hue if hue and "." not in hue else (hue.split(".")[-1] if hue else None), fontsize=8,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
@@ -197,8 +240,9 @@ def last_mile_vs_concurrency(rows: pd.DataFrame, title: str, hue: str = "serving
                              x: str = "workload.concurrency", y: str = "itl_last_mile_share",
                              threshold: float = 0.2) -> Figure:
     """Last-mile share of inter-token latency against concurrency, one line per placement."""
-    return lines(rows, x, y, hue, title, "concurrent requests (closed loop)", "last mile share of ITL (%)",
-                 logx=True, percent=True, threshold=threshold, threshold_label=f"{100 * threshold:.0f}% line")
+    return lines(rows, x, y, hue, title, "concurrent requests (closed loop)", "last mile share of ITL (%, log scale)",
+                 logx=True, logy=True, percent=True, threshold=threshold,
+                 threshold_label=f"{100 * threshold:.0f}% line")
 
 
 def _span_colour(track: str, name: str, category: str) -> str:
