@@ -15,3 +15,41 @@ def test_suite_csv_is_deterministic_and_checked(tmp_path, capsys):
     (out / "summary.csv").write_text(text.replace(",ok", ",oom", 1))
     assert suite.check(out, suite.QUICK) == 1
     assert "differs" in capsys.readouterr().out
+
+
+def test_coinciding_series_stay_distinguishable():
+    from simulator.report import plots
+
+    names = ["DiT · uniform", "DiT · balanced", "LLM · uniform", "LLM · balanced"]
+    st = plots.series_styles(names)
+    # same workload: same colour and marker, different line style and fill, drawn on top
+    assert st["DiT · uniform"]["color"] == st["DiT · balanced"]["color"] != st["LLM · uniform"]["color"]
+    assert st["DiT · uniform"]["ls"] != st["DiT · balanced"]["ls"]
+    assert st["DiT · uniform"]["mfc"] != st["DiT · balanced"]["mfc"]
+    assert st["DiT · balanced"]["zorder"] > st["DiT · uniform"]["zorder"]
+
+
+def test_log_axes_label_enough_values_but_never_crowd():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from simulator.report import plots
+
+    def labels(lo, hi):
+        fig, ax = plt.subplots()
+        ax.set_yscale("log")
+        ax.plot([0, 1], [lo, hi])
+        plots._log_labels(ax.yaxis)
+        fig.canvas.draw()
+        lo_v, hi_v = ax.get_ylim()
+        ticks = [t for t in ax.yaxis.get_majorticklocs().tolist() + ax.yaxis.get_minorticklocs().tolist()
+                 if lo_v <= t <= hi_v]
+        fmt_major, fmt_minor = ax.yaxis.get_major_formatter(), ax.yaxis.get_minor_formatter()
+        out = sorted({t for t in ticks if fmt_major(t) or fmt_minor(t)})
+        plt.close(fig)
+        return out
+
+    narrow = labels(0.7, 2.1)  # image latencies: more than the two labels 1 and 2
+    assert len(narrow) >= 3 and np.isclose(narrow, 0.8).any() and np.isclose(narrow, 2).any()
+    wide = labels(0.03, 200)  # inter-token gaps over four decades: powers of ten only
+    assert np.allclose(wide, [0.1, 1, 10, 100])
