@@ -28,19 +28,20 @@ def _first(mask: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def _read_csv(p: Path, limit: int | None) -> pd.DataFrame:
+def _read_csv(p: Path) -> pd.DataFrame:
     try:
-        return pd.read_csv(p, nrows=limit, encoding="utf-8")
+        return pd.read_csv(p, encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise _fail(p, None, f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OSError) as exc:
         raise _fail(p, None, f"is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
 
 
-@lru_cache(maxsize=8)
-def _read_checked(path: str, mtime_ns: int, size: int, limit: int | None) -> pd.DataFrame:
+@lru_cache(maxsize=4)
+def _read_checked(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
+    """Every row of the file checked, so a corrupt trace is an error even in rows a short run leaves unread."""
     p = Path(path)
-    df = _read_csv(p, limit)
+    df = _read_csv(p)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}")
@@ -76,12 +77,14 @@ def _read_checked(path: str, mtime_ns: int, size: int, limit: int | None) -> pd.
 
 
 def read_trace(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
-    """Load and check a trace (cached per file version); any problem is a ConfigError naming the file and row."""
+    """Load and check a trace (cached per file version); any problem is a ConfigError naming the file and row.
+
+    ``limit``: only the first rows are returned (all rows are checked)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"trace file {str(p)!r} does not exist", path=KEY)
     st = p.stat()
-    return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size, limit).copy()
+    return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).iloc[:limit].copy()
 
 
 def check_trace(scenario) -> None:
@@ -89,11 +92,12 @@ def check_trace(scenario) -> None:
     w = scenario.workload
     if not w.trace:
         return
-    df = read_trace(w.trace, limit=w.requests)
+    df = read_trace(w.trace)
     name = Path(w.trace).name
     if len(df) < w.requests:
         raise ConfigError(f"{w.requests:,} requests asked of trace {name}, which has {len(df):,} rows; "
                           f"set workload.requests to at most {len(df):,}", path="workload.requests")
+    df = df.iloc[: w.requests]
     span = float(df["arrived_at"].iloc[-1] - df["arrived_at"].iloc[0]) * w.trace_time_scale
     if w.arrival == "trace" and span > MAX_TRACE_SECONDS:
         raise ConfigError(f"trace {name} spans {span:g} s once scaled, beyond {MAX_TRACE_SECONDS:g} s (about 3 "
