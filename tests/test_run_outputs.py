@@ -195,3 +195,23 @@ def test_repr_and_html_repr_name_the_headline_metrics(llm, dit):
     assert html.count("<table>") == 2 and "detokenize" in html and "TTFT p50 / p99" in html
     d = repr(dit[0])
     assert d.startswith("<Result dit ") and "latency p50" in d and "2/2 completed" in d
+
+
+def _nullify(d):
+    if isinstance(d, dict):
+        return {k: _nullify(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_nullify(v) for v in d]
+    return None if isinstance(d, (int, float)) and not isinstance(d, bool) else d
+
+
+@pytest.mark.parametrize("which", ["llm", "dit"])
+def test_text_summary_and_reprs_survive_null_metrics(which, request):
+    from simulator.report.text import format_summary
+
+    result, _ = request.getfixturevalue(which)
+    empty = type(result)(result.kind, result.scenario, _nullify(result.summary), result.requests,
+                         result.breakdown, result.spans, [])
+    text = format_summary(empty)
+    assert "None" not in text.split("\n", 3)[-1].replace("None/None", "") and " - " in text
+    assert "-" in repr(empty) and "<table>" in empty._repr_html_()

@@ -11,6 +11,11 @@ def _t(x) -> str:
     return "-" if x is None else fmt_time(x)
 
 
+def _n(x, spec: str = "", scale: float = 1.0) -> str:
+    """A number formatted with ``spec`` after scaling; ``-`` when it is undefined (null)."""
+    return "-" if x is None else format(scale * x, spec)
+
+
 def _pct(x, width: int = 0) -> str:
     """A share as a percentage; ``-`` when undefined (no image completed)."""
     return f"{'-':>{width}} " if x is None else f"{100 * x:>{width}.1f}%"
@@ -22,13 +27,13 @@ def _dit(result) -> str:
             f"{s.get('steps', '')} steps on {s.get('gpus', '?')} x {s.get('gpu', '')} "
             f"[{s.get('strategy', '')}]")
     if s.get("status") == "oom":
-        return (f"{head}\nstatus: OUT OF MEMORY: needs {s['memory_needed_gib']:.1f} GiB per GPU, "
-                f"the GPU has {s['gpu_memory_gib']:.1f} GiB")
+        return (f"{head}\nstatus: OUT OF MEMORY: needs {_n(s['memory_needed_gib'], '.1f')} GiB per GPU, "
+                f"the GPU has {_n(s['gpu_memory_gib'], '.1f')} GiB")
     lat = s["latency_s"]
     lines = [head, f"status: {s['status']}   requests: {s['requests_completed']}/"
              f"{s.get('requests_total', s['requests_completed'])}   "
-             f"throughput: {s['throughput']['images_per_s']:.3f} images/s   "
-             f"memory per GPU: {s['memory_per_gpu_gib']:.1f} GiB",
+             f"throughput: {_n(s['throughput']['images_per_s'], '.3f')} images/s   "
+             f"memory per GPU: {_n(s['memory_per_gpu_gib'], '.1f')} GiB",
              f"latency  p50 {_t(lat['p50'])}  p90 {_t(lat['p90'])}  p99 {_t(lat['p99'])}  "
              f"mean {_t(lat['mean'])}", "", f"{'category':<12} {'mean':>10} {'share':>7}"]
     bd = result.breakdown
@@ -38,7 +43,7 @@ def _dit(result) -> str:
     lines.append(f"last mile (d2h + encode + deliver): {_pct(s['last_mile_share'])} of latency")
     gpu_util = s.get("utilization", {}).get("gpu", {})
     if gpu_util:
-        lines.append("GPU utilization: " + "  ".join(f"{k} {100 * v:.0f}%"
+        lines.append("GPU utilization: " + "  ".join(f"{k} {_n(v, '.0f', 100)}%"
                                                      for k, v in gpu_util.items()))
     return "\n".join(lines)
 
@@ -48,10 +53,10 @@ def _token(result) -> str:
     kind = "causal LLM" if s["causal"] else "DiT (bidirectional, stale K/V)"
     lines = [f"{s['name']}: {s['model']} ({kind}), {s['sequence_tokens']} tokens, "
              f"{s['stages']} stages, {s['slices']} {s['slicing']} slices",
-             f"latency {fmt_time(s['latency_s']['p50'])}   bubble {100 * s['bubble_fraction']:.1f}%"
-             f"   slice cost max/min {s['slice_cost_spread']:.2f}",
+             f"latency {_t(s['latency_s']['p50'])}   bubble {_n(s['bubble_fraction'], '.1f', 100)}%"
+             f"   slice cost max/min {_n(s['slice_cost_spread'], '.2f')}",
              "slice tokens: " + ", ".join(str(x) for x in s["slice_tokens"]),
-             "stage utilization: " + "  ".join(f"{k} {100 * v:.0f}%"
+             "stage utilization: " + "  ".join(f"{k} {_n(v, '.0f', 100)}%"
                                                for k, v in s["utilization"]["gpu"].items())]
     return "\n".join(lines)
 

@@ -11,6 +11,11 @@ def _row(name: str, st: dict) -> str:
     return f"  {name:<6} {st['p50']:>9.2f} {st['p90']:>9.2f} {st['p99']:>9.2f} {st['mean']:>9.2f}"
 
 
+def _n(x, spec: str = "", scale: float = 1.0) -> str:
+    """A number formatted with ``spec`` after scaling; ``-`` when it is undefined (null)."""
+    return "-" if x is None else format(scale * x, spec)
+
+
 def _pct(x, width: int = 0) -> str:
     """A share as a percentage; ``-`` when undefined (no request completed)."""
     return f"{'-':>{width}} " if x is None else f"{100 * x:{width}.2f}%"
@@ -26,16 +31,16 @@ def format_llm(result) -> str:
         f"  serving: overlap={sc.serving.overlap} detokenizer={sc.serving.detokenizer} "
         f"api_servers={sc.serving.api_servers} stream_interval={sc.serving.stream_interval} "
         f"max_batch={sc.serving.max_batch}",
-        f"  requests: {s['requests_completed']}/{s['requests_total']} completed over {s['duration_s']:.1f} s; "
+        f"  requests: {s['requests_completed']}/{s['requests_total']} completed over {_n(s['duration_s'], '.1f')} s; "
         f"{s['steps']} engine steps; {s['preemptions']} preemptions",
         "",
         f"  {'ms':<6} {'p50':>9} {'p90':>9} {'p99':>9} {'mean':>9}",
         _row("TTFT", s["ttft_ms"]), _row("ITL", s["itl_ms"]), _row("TPOT", s["tpot_ms"]), _row("E2E", s["e2e_ms"]),
         "",
-        f"  throughput: {s['throughput']['output_tokens_per_s']:.1f} output tok/s, "
-        f"{s['throughput']['requests_per_s']:.2f} req/s; goodput {s['goodput']['requests_per_s']:.2f} req/s "
-        f"({100 * s['goodput']['slo_attainment']:.1f}% within TTFT<={s['goodput']['slo']['ttft_ms']:g} ms, "
-        f"TPOT<={s['goodput']['slo']['itl_ms']:g} ms)",
+        f"  throughput: {_n(s['throughput']['output_tokens_per_s'], '.1f')} output tok/s, "
+        f"{_n(s['throughput']['requests_per_s'], '.2f')} req/s; goodput {_n(s['goodput']['requests_per_s'], '.2f')} req/s "
+        f"({_n(s['goodput']['slo_attainment'], '.1f', 100)}% within TTFT<={_n(s['goodput']['slo']['ttft_ms'], 'g')} ms, "
+        f"TPOT<={_n(s['goodput']['slo']['itl_ms'], 'g')} ms)",
         "",
         "  where E2E goes (share of all requests' time):",
     ]
@@ -48,10 +53,10 @@ def format_llm(result) -> str:
         f"  last mile (d2h+detokenize+stream): {_pct(s['last_mile_share'])} of E2E, "
         f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
         "",
-        "  utilization: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["utilization"].items()),
-        f"  KV cache: peak {100 * s['kv_cache']['peak_occupancy']:.1f}%, mean "
-        f"{100 * s['kv_cache']['mean_occupancy']:.1f}% of {s['kv_cache']['blocks_per_replica']} blocks; "
-        f"weights {s['memory_per_gpu_gib']['weights_gib']:.1f} GiB/GPU",
+        "  utilization: " + ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in s["utilization"].items()),
+        f"  KV cache: peak {_n(s['kv_cache']['peak_occupancy'], '.1f', 100)}%, mean "
+        f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'])} blocks; "
+        f"weights {_n(s['memory_per_gpu_gib']['weights_gib'], '.1f')} GiB/GPU",
     ]
     return "\n".join(lines)
 
