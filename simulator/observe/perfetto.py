@@ -84,7 +84,8 @@ class Trace:
 
     ``flows``: a frame with columns ``flow`` (request id), ``track`` and ``time`` (seconds),
     one row per point a request passes through, in order; each point is bound to the slice
-    on ``track`` that contains ``time`` (points that fall in no slice are dropped).
+    on ``track`` that contains ``time`` (points that fall in no slice are dropped). None:
+    follow requests by their span names (:func:`request_flows`).
     """
 
     spans: pd.DataFrame
@@ -159,7 +160,9 @@ class Trace:
 
     def _flow_lines(self, frame, bounds, pid, tid) -> Iterator[str]:
         """One flow per request ('s', then 't' per middle point, then 'f'), each bound inside a slice."""
-        if self.flows is None or self.flows.empty:
+        if self.flows is None:  # found from the span names only when the trace is written
+            self.flows = request_flows(self.spans)
+        if self.flows.empty:
             return
         points = {}
         for track, grp in self.flows.groupby("track", sort=False):
@@ -217,6 +220,4 @@ def trace_events(spans: pd.DataFrame, counters: list | None = None, flows: pd.Da
 
     Without explicit ``flows``, requests are followed by their span names (``r<id> ...``).
     """
-    if flows is None:
-        flows = request_flows(spans)
     return Trace(spans, list(counters or ()), flows)
