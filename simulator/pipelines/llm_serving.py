@@ -159,12 +159,13 @@ def simulate(scenario):
         env.process(open_loop())
     env.run(until=scenario.max_sim_time)
     result = build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, env.now)
-    _assess(result.summary, scenario, specs, table, was_cut(env, scenario.max_sim_time))
+    _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
     return result
 
 
-def _assess(summary: dict, scenario, specs, table: RequestTable, cut: bool) -> None:
-    """Status and warnings: unfinished requests, a trace shorter than asked for, overload."""
+def _assess(summary: dict, scenario, table: RequestTable, cut: bool) -> None:
+    """Status and warnings: unfinished requests, overload (a trace shorter than
+    workload.requests is rejected at load time)."""
     w = scenario.workload
     done = table.finished & np.isfinite(table.last_R)
     completed = int(done.sum())
@@ -172,9 +173,6 @@ def _assess(summary: dict, scenario, specs, table: RequestTable, cut: bool) -> N
         summary["breakdown_share"] = {c: None for c in summary["breakdown_share"]}
         summary["last_mile_share"] = summary["itl_last_mile_share"] = None
     extra = []
-    if w.trace and "requests" in w.model_fields_set and len(specs) < w.requests:
-        extra.append(f"workload.requests = {w.requests} but the trace has {len(specs)} rows; "
-                     f"simulated {len(specs)}")
     if w.arrival != "closed":
         extra.append(overload_warning(table.arrival, table.last_R, table.first_R - table.arrival, done))
     ordered = list(summary.items())  # status right after the scenario's name
