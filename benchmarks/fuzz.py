@@ -106,12 +106,28 @@ def table(cases, results) -> str:
     return "\n".join(rows)
 
 
+# the cause a failing check is filed under: the first of these its causes match (the others follow from it)
+PRIMARY = ("hang", "process", "killed", "traceback", "raised", "accepted", "exit", "wrote outside",
+           "pre-existing", "folder or file left", "files changed", "N run folders", "N lines",
+           "line does not start", "message of", "line of", "key not named")
+
+
+def primary_cause(o: fz.Outcome) -> str:
+    keys = [cause_key(o, c) for c in o.causes]
+    for p in PRIMARY:
+        for k in keys:
+            if k.split(": ", 1)[1].startswith(p):
+                return k
+    return keys[0]
+
+
 def group_failures(cases, results):
+    """Failing checks grouped by their primary cause, largest group first."""
     groups = defaultdict(list)
     for case, outs in zip(cases, results):
         for o in outs:
-            for cause in o.causes:
-                groups[cause_key(o, cause)].append(o)
+            if not o.ok:
+                groups[primary_cause(o)].append(o)
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
@@ -138,6 +154,7 @@ def failures_markdown(groups, table_text: str, args, seconds: float) -> str:
             if shown > 8:
                 break
             lines.append(f"- **{o.case.cls}** `{o.case.key}`: {o.case.desc} (base {o.case.base}; {o.seconds:.1f} s)")
+            lines.append(f"  - all causes: {'; '.join(o.causes)}")
             lines.append(f"  - command: `{o.command}`")
             out = o.output.replace("```", "'''")
             lines.append("  - output:")
@@ -187,7 +204,7 @@ def main(argv=None) -> int:
         for cause, outs in groups:
             print(f"\n== {cause}")
             for o in outs[: args.examples]:
-                print(f"  [{o.case.cls}] {o.case.desc}  (base {o.case.base})")
+                print(f"  [{o.case.cls}] {o.case.desc}  (base {o.case.base}): {'; '.join(o.causes)}")
                 print(f"    $ {o.command}")
                 for ln in o.output.splitlines()[:6]:
                     print(f"    | {ln[:220]}")

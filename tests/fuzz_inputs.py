@@ -23,9 +23,7 @@ the huge values used below stay far beyond those bounds.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
-import math
 import os
 import pickle
 import random
@@ -206,6 +204,9 @@ SECONDS0 = TYPE_SCALAR + _vals(("wrong_type", True), ("wrong_type", "soon"), ("w
 POS_SECONDS = SECONDS0 + _vals(("numeric", 0), ("numeric", "0 ms"))
 QUANTITY = TYPE_SCALAR + _vals(("wrong_type", True), ("wrong_type", "plenty"), ("wrong_type", "3 parsecs"),
                                ("numeric", 0), ("numeric", -1), ("numeric", NAN), ("numeric", INF))
+# a cap on simulated time: a long one is legal (a week-long trace), so only the impossible values
+MAX_SIM_TIME = [v for v in POS_SECONDS if not (v[1] in (1e7, "1000 h", "1e308 s") or
+                                              (isinstance(v[1], float) and v[1] in (INF, 1e308)))]
 BYTES = QUANTITY + _vals(("numeric", "-80 GB"))
 BANDWIDTH = QUANTITY + _vals(("numeric", "-3 TB/s"))
 RATE = QUANTITY + _vals(("numeric", "-4/s"), ("numeric", "0/s"))
@@ -292,7 +293,7 @@ LLM_KEYS = {
     "slo": SECTION(),
     "slo.ttft": POS_SECONDS,
     "slo.itl": POS_SECONDS,
-    "max_sim_time": POS_SECONDS,
+    "max_sim_time": MAX_SIM_TIME,
 }
 
 DIT_KEYS = {
@@ -333,7 +334,7 @@ DIT_KEYS = {
     "kernels.head_dim_multiple": COUNT,
     "workload.requests": COUNT + HUGE(10**8, 10**9),
     "workload.concurrency": COUNT + HUGE(10**8, 10**9),
-    "max_sim_time": POS_SECONDS,
+    "max_sim_time": MAX_SIM_TIME,
 }
 
 TOKEN_PIPELINE_KEYS = {
@@ -398,26 +399,6 @@ def _typo(word: str, rng: random.Random, known: set) -> str:
         if cand not in known and cand != word:
             return cand
     return word + "_typo"
-
-
-NESTED_CATALOG = {"hardware.gpu.achievable": ("gpus", "hardware.gpu", "h100-sxm"),
-                  "hardware.gpu.peak_flops": ("gpus", "hardware.gpu", "h100-sxm")}
-
-
-def _catalog_section(raw: dict, parent: str) -> dict | None:
-    """The catalog's own mapping at ``parent`` (e.g. the GPU's ``achievable``), copied, or None."""
-    if parent not in NESTED_CATALOG:
-        return None
-    kind, ref, default = NESTED_CATALOG[parent]
-    name = get_path(raw, ref, default)
-    if isinstance(name, dict):
-        name = name.get("base", default)
-    if not isinstance(name, str) or name.endswith((".yaml", ".yml")):
-        return None
-    data = yaml.safe_load((ROOT / "simulator" / "config" / "catalog" / f"{kind}.yaml").read_text())
-    entry = data.get(name) or {}
-    section = entry.get(parent.rsplit(".", 1)[-1])
-    return copy.deepcopy(section) if isinstance(section, dict) else None
 
 
 # ---- helpers on nested dicts ----------------------------------------------------------------------
@@ -493,13 +474,6 @@ class Generator:
         files = dict(base.files)
         case = Case(cls=cls, desc=desc, key=key, base=base.name, accept=accept or _accept(key), files=files,
                     out=self.rng.choice(["dir", "dir", "none"]))
-        # A nested catalog field (hardware.gpu.achievable.hbm) is set with its siblings, as a whole
-        # mapping: the loader replaces the catalog's mapping rather than merging into it.
-        parent, _, last = key.rpartition(".")
-        full = _catalog_section(base.raw, parent)
-        if full is not None:
-            full[last] = value
-            key, value = parent, full
         if mode == "set":
             case.overrides = {key: value}
             case.set_cli = [f"{key}={flow(value)}"]
@@ -730,6 +704,7 @@ class Generator:
         raw = copy.deepcopy(base.raw)
         lines = base.files["trace.csv"].decode().splitlines()
         header, rows = lines[0], [r.split(",") for r in lines[1:]]
+        # a row among the first ten: the run reads only as many rows as it has requests (12)
         i = self.rng.randrange(1, min(len(rows), 10))
         how = self.rng.choice(["tokens_1e30", "tokens_1e12", "fractional", "negative_tokens", "zero_decode",
                                "negative_time", "non_monotonic", "missing_column", "renamed_column", "nan",
@@ -741,8 +716,9 @@ class Generator:
         data = None
         if how in cols:
             c, v = cols[how]
-            if how == "time_1e30":
-                i = len(rows) - 1  # keep the times non-decreasing: only the absurd value is wrong
+            if how == "time_1e30":  # from row i on, so the times stay non-decreasing: only the value is wrong
+                for r in rows[i:]:
+                    r[c] = v
             rows[i][c] = v
         elif how == "non_monotonic":
             rows[i][0], rows[i - 1][0] = rows[i - 1][0], str(float(rows[i][0]) + 5.0)
@@ -1038,6 +1014,13 @@ def _env() -> dict:
     return env
 
 
+def _case_root(tmp, via: str, case: Case) -> Path:
+    """A fresh folder of its own for one check (the same input may be checked twice at once)."""
+    import tempfile
+    tag = re.sub(r"[^\w.-]", "_", case.ident)[:60]
+    return Path(tempfile.mkdtemp(prefix=f"{via}-{tag}-", dir=tmp)) / "case"
+
+
 def check_error_line(line_text: str, case: Case, *, prefix: str | None) -> list[str]:
     causes = []
     lines = line_text.splitlines()
@@ -1059,9 +1042,7 @@ def check_error_line(line_text: str, case: Case, *, prefix: str | None) -> list[
 
 def check_cli(case: Case, tmp: Path) -> Outcome:
     """Run ``lastmile run`` on the case in a fresh folder under ``tmp`` and check issue 9's promises."""
-    root = Path(tmp) / f"cli-{case.ident.replace(':', '_').replace('/', '_')}"
-    if root.exists():
-        shutil.rmtree(root)
+    root = _case_root(tmp, "cli", case)
     prep = materialize(case, root)
     before = snapshot(root)
     command = " ".join(_shell_quote(a) for a in ["lastmile", *prep.argv[len(LASTMILE_ARGV):]])
@@ -1108,7 +1089,7 @@ def check_cli(case: Case, tmp: Path) -> Outcome:
     if not hung and proc.returncode and proc.returncode < 0:
         causes.append(f"killed by signal {-proc.returncode}")
     output = _trim(stderr.rstrip("\n")) or f"(no stderr; stdout: {_trim(out.decode('utf-8', 'replace'), 300)!r})"
-    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root.parent, ignore_errors=True)
     return Outcome(case, "cli", not causes, causes, output, command, seconds)
 
 
@@ -1229,9 +1210,7 @@ class ApiWorker:
         return res
 
     def check(self, case: Case, tmp: Path) -> Outcome:
-        root = Path(tmp) / f"api-{case.ident.replace(':', '_').replace('/', '_')}"
-        if root.exists():
-            shutil.rmtree(root)
+        root = _case_root(tmp, "api", case)
         prep = materialize(case, root)
         before = snapshot(root)
         src = prep.api_source
@@ -1267,7 +1246,7 @@ class ApiWorker:
         changes = diff_snapshots(before, snapshot(root))
         if changes:
             causes.append("files changed: " + ", ".join(changes[:4]))
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root.parent, ignore_errors=True)
         return Outcome(case, "api", not causes, causes, _trim(output), command, seconds)
 
 
