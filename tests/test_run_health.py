@@ -133,13 +133,14 @@ def test_llm_overload_warns_with_offered_rate_and_throughput():
 
 
 def test_dit_overload_warns(root):
-    # one image at a time, ~0.46 s each: capacity ~2.2 images/s
-    over = simulator.run(root / PIPEFUSION, {"workload.requests": 15, "workload.arrival": "constant",
-                                             "workload.rate": 4}).summary
+    # 4 steps, one image at a time on the server: capacity ~3 images/s
+    short = {"steps": 4, "workload.requests": 15}
+    over = simulator.run(root / PIPEFUSION, {**short, "workload.arrival": "constant",
+                                             "workload.rate": 8}).summary
     assert over["status"] == "ok" and len(over["warnings"]) == 1
-    assert over["warnings"][0].startswith("offered load exceeds capacity: images arrive at ")
-    easy = simulator.run(root / PIPEFUSION, {"workload.requests": 15, "workload.arrival": "poisson",
-                                             "workload.rate": 0.5}).summary
+    assert over["warnings"][0].startswith("offered load exceeds capacity: images arrive at 8/s but ")
+    easy = simulator.run(root / PIPEFUSION, {**short, "workload.arrival": "poisson",
+                                             "workload.rate": 1}).summary
     assert "warnings" not in easy
 
 

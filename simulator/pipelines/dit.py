@@ -546,7 +546,7 @@ def simulate(sc: DiTScenario) -> Result:
     overload = None
     if times is not None:
         overload = overload_warning(req["arrival"].to_numpy(float), req["done"].to_numpy(float),
-                                    req["queue"].to_numpy(float), req["completed"].to_numpy(bool),
+                                    req["latency"].to_numpy(float), req["completed"].to_numpy(bool),
                                     unit="images")
     assess(summary, wl.requests, len(done), cut, sc.max_sim_time, [overload], unit="image")
     return Result("dit", sc, summary, with_units(req, SECONDS), with_units(bd, ("latency",)), spans,

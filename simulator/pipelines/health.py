@@ -18,14 +18,18 @@ must agree, over the completed requests:
 1. the **offered rate** λ = (arrivals − 1) / (last arrival − first arrival) exceeds the
    **sustained throughput** μ = (completions − 1) / (last completion − first completion) by
    more than ``RATE_MARGIN``; and
-2. the **queueing delay grows through the run**: the mean delay of the last third of the
-   requests (in arrival order) exceeds that of the middle third by at least
+2. the **queueing delay grows through the run**, read from the latency (arrival to
+   completion), whose growth is the growth of every queue on the path, wherever the
+   bottleneck is (the server, a batch, a CPU process after the GPU): the mean latency of the
+   last third of the requests (in arrival order) exceeds that of the middle third by at least
    ``GROWTH_FRACTION`` of what the rate gap predicts for a queue that grows without bound,
    (λ/μ − 1) × (mean arrival time of the last third − that of the middle third).
 
 The first alone misreads a short burst that the system absorbs in one batch (the completions
 then bunch at the end); the second alone misreads the warm-up of an empty system. The middle
-third, not the first, is the baseline so that the warm-up does not count as growth.
+third, not the first, is the baseline so that the warm-up does not count as growth. Measured on
+200-request Poisson LLM runs (6 seeds each, capacity ~17.8 requests/s): no warning up to 98%
+load, a warning in half of the runs at 110%, in all of them at 130%.
 """
 
 from __future__ import annotations
@@ -83,13 +87,12 @@ def _rate(times: np.ndarray) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
-def overload_warning(arrival: np.ndarray, finish: np.ndarray, delay: np.ndarray,
+def overload_warning(arrival: np.ndarray, finish: np.ndarray, latency: np.ndarray,
                      completed: np.ndarray, unit: str = "requests") -> str | None:
     """A warning when offered load exceeded capacity (see the module docstring), else None.
 
     ``arrival``: every request's arrival time (all of them, completed or not); ``finish``
-    and ``delay``: each request's completion time and queueing delay (read where
-    ``completed``).
+    and ``latency``: each request's completion time and latency (read where ``completed``).
     """
     arrival = np.asarray(arrival, dtype=float)
     completed = np.asarray(completed, dtype=bool) & np.isfinite(arrival)
@@ -101,7 +104,7 @@ def overload_warning(arrival: np.ndarray, finish: np.ndarray, delay: np.ndarray,
         return None
     order = np.argsort(arrival[completed], kind="stable")
     a = arrival[completed][order]
-    d = np.asarray(delay, dtype=float)[completed][order]
+    d = np.asarray(latency, dtype=float)[completed][order]
     third = len(a) // 3
     mid, last = slice(third, 2 * third), slice(len(a) - third, None)
     predicted = (offered / sustained - 1) * float(a[last].mean() - a[mid].mean())
@@ -109,9 +112,9 @@ def overload_warning(arrival: np.ndarray, finish: np.ndarray, delay: np.ndarray,
     if predicted <= 0 or grown < GROWTH_FRACTION * predicted:
         return None
     return (f"offered load exceeds capacity: {unit} arrive at {offered:.4g}/s but complete at "
-            f"{sustained:.4g}/s sustained, and the queueing delay grows through the run "
+            f"{sustained:.4g}/s sustained, and latency grows through the run as queues build "
             f"(mean {fmt_time(float(d[mid].mean()))} in the middle third of arrivals, "
-            f"{fmt_time(float(d[last].mean()))} in the last); latencies depend on the run's length")
+            f"{fmt_time(float(d[last].mean()))} in the last): latencies depend on the run's length")
 
 
 def _non_finite(d: dict, prefix: str = "") -> list[str]:

@@ -174,7 +174,7 @@ def _assess(summary: dict, scenario, table: RequestTable, cut: bool) -> None:
         summary["last_mile_share"] = summary["itl_last_mile_share"] = None
     extra = []
     if w.arrival != "closed":
-        extra.append(overload_warning(table.arrival, table.last_R, table.first_R - table.arrival, done))
+        extra.append(overload_warning(table.arrival, table.last_R, table.last_R - table.arrival, done))
     ordered = list(summary.items())  # status right after the scenario's name
     summary.clear()
     for k, v in ordered:
