@@ -18,8 +18,16 @@ CDF_POINTS = 2000
 """Most points drawn per CDF curve (quantiles of the samples), so long runs draw as fast as short ones."""
 TIMELINE_SLICES = 6
 """Slices of the busiest GPU track shown by the timeline."""
-COLORS = {"prefill": "#1f77b4", "decode": "#4c9be8", "compute": "#1f77b4", "comm": "#ff7f0e",
-          "d2h": "#d62728", "cpu": "#2ca02c", "idle": "#cccccc"}
+COLORS = {"prefill": "#6baed6", "decode": "#08519c", "compute": "#3182bd", "denoise": "#3182bd",
+          "text_encode": "#c6dbef", "vae": "#756bb1", "comm": "#41ab5d", "link": "#a1d99b",
+          "d2h": "#fd8d3c", "cpu": "#e6550d"}
+"""Span category -> colour (the report's palette: compute in blues, communication in greens, the
+last mile in oranges); other categories take the next colour of ``EXTRA``."""
+EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+MAX_TRACKS = 14
+"""Most tracks the timeline shows: GPUs first, then the busiest link and CPU tracks in the window."""
+DIT_STEP = r"^r(\d+) s(\d+) p\d+"
+"""DiT denoising spans are named ``r<request> s<step> p<patch>``."""
 DPI = 90
 
 
@@ -115,9 +123,17 @@ def cdf_figure(result, path: Path) -> bool:
 
 
 def timeline_window(spans: pd.DataFrame, n: int = TIMELINE_SLICES) -> tuple[float, float] | None:
-    """A window covering ``n`` consecutive slices from the middle of the busiest GPU track."""
+    """The window the timeline shows: three denoising steps of the middle request of a DiT run;
+    otherwise ``n`` consecutive slices from the middle of the busiest GPU track (engine steps)."""
     if spans.empty:
         return None
+    dit = spans["name"].astype(str).str.extract(DIT_STEP).dropna().astype(np.int64)
+    if len(dit):
+        reqs = np.unique(dit[0].to_numpy())
+        mine = dit[dit[0] == reqs[len(reqs) // 2]]
+        first = min(1, int(mine[1].max()))  # skip the warmup step when there is another
+        part = spans.loc[mine.index[(mine[1] >= first) & (mine[1] < first + 3)]]
+        return float(part["start"].min()), float(part["end"].max())
     gpu = spans[~spans["track"].astype(str).str.contains(":")]
     base = gpu if len(gpu) else spans
     track = base["track"].value_counts().index[0]
@@ -126,6 +142,17 @@ def timeline_window(spans: pd.DataFrame, n: int = TIMELINE_SLICES) -> tuple[floa
     part = sl.iloc[k:k + n]
     lo, hi = float(part["start"].min()), float(part["end"].max())
     return (lo, hi) if hi > lo else (lo, lo + 1e-6)
+
+
+def _busiest_tracks(sp: pd.DataFrame, lo: float, hi: float) -> list[str]:
+    """GPU tracks, then link and CPU tracks by busy time inside the window, at most ``MAX_TRACKS``;
+    tracks busy for under 0.1% of the window are left out."""
+    busy = (sp["end"].clip(upper=hi) - sp["start"].clip(lower=lo)).groupby(sp["track"].astype(str)).sum()
+    busy = busy[busy >= 1e-3 * (hi - lo)]
+    gpus = sorted((t for t in busy.index if ":" not in t), key=lambda t: (len(t), t))
+    others = sorted((t for t in busy.index if ":" in t), key=lambda t: (-busy[t], t))
+    keep = set((gpus + others)[:MAX_TRACKS])
+    return [t for t in gpus + sorted(others, key=lambda t: (t.startswith("cpu:"), t)) if t in keep]
 
 
 def timeline_figure(result, path: Path) -> bool:
@@ -138,7 +165,11 @@ def timeline_figure(result, path: Path) -> bool:
     pad = 0.05 * (hi - lo)
     lo, hi = lo - pad, hi + pad
     sp = spans[(spans["end"] > lo) & (spans["start"] < hi)]
-    tracks = sorted(sp["track"].astype(str).unique(), key=lambda t: (":" in t, t.startswith("cpu:"), t))
+    tracks = _busiest_tracks(sp, lo, hi)
+    sp = sp[sp["track"].isin(tracks)]
+    colors = dict(COLORS)
+    for cat in sorted(set(sp["category"].astype(str)) - set(colors)):
+        colors[cat] = EXTRA[(len(colors) - len(COLORS)) % len(EXTRA)]
     plt = _plt()
     scale, unit = _unit(hi - lo)
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(tracks) + 1.4))
@@ -148,7 +179,7 @@ def timeline_figure(result, path: Path) -> bool:
         for cat, g in s.groupby("category"):
             a = (np.maximum(g["start"].to_numpy(float), lo) - lo) * scale
             b = (np.minimum(g["end"].to_numpy(float), hi) - lo) * scale
-            color = COLORS.get(str(cat), "#9467bd")
+            color = colors[str(cat)]
             label = None if cat in seen else (str(cat) or "span")
             seen.add(cat)
             ax.broken_barh(list(zip(a, np.maximum(b - a, 0))), (y - 0.4, 0.8), color=color, label=label,
@@ -169,6 +200,7 @@ def write_run_figures(result, folder: str | Path) -> list[Path]:
     """Draw the run's figures into ``folder``; returns the files written (a figure with nothing
     to show, e.g. a CDF when no request completed, is skipped)."""
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name, draw in zip(FIGURES, (breakdown_figure, cdf_figure, timeline_figure)):
         if draw(result, folder / name):
