@@ -215,3 +215,18 @@ def test_text_summary_and_reprs_survive_null_metrics(which, request):
     text = format_summary(empty)
     assert "None" not in text.split("\n", 3)[-1].replace("None/None", "") and " - " in text
     assert "-" in repr(empty) and "<table>" in empty._repr_html_()
+
+
+def test_timeline_window_shows_a_few_steps():
+    from simulator.observe.figures import timeline_window
+
+    # a DiT run: request 1 of 0..2 is the middle one; its steps 1-3 (after the warmup step 0)
+    names = [f"r{r} s{s} p0" for r in range(3) for s in range(5)]
+    start = np.arange(len(names), dtype=float)
+    dit = pd.DataFrame({"track": "gpu0", "name": names, "start": start, "end": start + 0.5, "category": "denoise"})
+    assert timeline_window(dit) == (6.0, 8.5)
+    # an LLM run: six consecutive steps from the middle of the busiest GPU track
+    steps = pd.DataFrame({"track": ["gpu0"] * 20 + ["cpu:engine0"] * 30, "name": "x",
+                          "start": np.r_[np.arange(20.0), np.arange(30.0)], "end": np.r_[np.arange(20.0), np.arange(30.0)] + 0.9,
+                          "category": "decode"})
+    assert timeline_window(steps) == (7.0, 12.9)
