@@ -7,6 +7,7 @@ replaced); any other non-empty folder, or a file, is refused before the simulati
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -39,6 +40,13 @@ def check_out(out: Path) -> None:
     if out.is_dir() and any(out.iterdir()) and not is_run_folder(out):
         raise ConfigError("is a folder with other files in it, not a lastmile run folder; choose a new or "
                           "empty folder (nothing was written or deleted)", file=f"--out {out}")
+    ancestor = out.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot be created: {ancestor} is a file", file=f"--out {out}")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot be created: {ancestor} is not writable", file=f"--out {out}")
 
 
 def default_out(name: str, root: Path = Path("runs")) -> Path:

@@ -152,6 +152,8 @@ def test_out_refuses_a_folder_of_other_files_and_keeps_them(tmp_path):
     f = tmp_path / "notes.txt"
     with pytest.raises(ConfigError, match="names a file"):
         check_out(f)
+    with pytest.raises(ConfigError, match="cannot be created: .*notes.txt is a file"):
+        check_out(f / "deeper" / "run")
     assert f.read_text() == "mine"
 
 

@@ -36,16 +36,17 @@ def main(args) -> int:
         raise ConfigError(f"does not fit in GPU memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB; "
                           "use more GPUs or a strategy that shards the model",
                           file=args.scenario or "<default scenario>", path="parallel")
-    for warning in result.summary.get("warnings") or ():
-        print(f"lastmile: warning: {warning}", file=sys.stderr)
     out = None
     if not args.no_write:
         out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name))
+    for warning in result.summary.get("warnings") or ():  # after the write: an error is then the only line
+        print(f"lastmile: warning: {warning}", file=sys.stderr)
     if args.json:
         json.dump(result.summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(format_summary(result))
         if out is not None:
-            print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json)")
+            print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json, "
+                  "figures)")
     return 0
