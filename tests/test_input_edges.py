@@ -166,3 +166,10 @@ def test_a_previous_run_folder_is_replaced_whole(tmp_path):
     write_run(r, out)
     assert (out / "summary.json").read_text() != "{}"
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folders left behind
+
+
+def test_token_pipeline_llm_given_as_a_mapping_is_the_llm_catalogs():
+    causal = "scenarios/dit/token-pipeline-causal.yaml"
+    assert load_scenario(causal, {"model.layers": 16}).arch.layers == 16
+    with pytest.raises(ConfigError, match=r"model.laers: unknown key 'laers' \(did you mean 'layers'\?\)"):
+        load_scenario(causal, {"model.laers": 16})

@@ -7,12 +7,13 @@ at ``model``. Impossible parallel layouts raise :class:`ConfigError` with the ke
 
 from __future__ import annotations
 
+import difflib
 import math
 from functools import lru_cache
 from importlib import resources
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
 from .dit_arch import ArchError, DiTArch
@@ -292,10 +293,15 @@ class TokenPipelineScenario(ScenarioBase):
             return _dit_arch(self.model)
         try:
             return LLMSpec.model_validate({k: v for k, v in self.model.items() if k != "kind"})
-        except Exception as exc:  # pydantic ValidationError: one line at ``model``
-            msg = str(exc).splitlines()
-            raise ConfigError(" ".join(msg[1:3]) if len(msg) > 2 else str(exc),
-                              path="model") from None
+        except ValidationError as exc:  # one line at the model's own key
+            err = exc.errors()[0]
+            key = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-")))
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(key, list(LLMSpec.model_fields), n=1, cutoff=0.6)
+                msg = f"unknown key {key[:60]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
+            raise ConfigError(msg, path=f"model.{key}" if key else "model") from None
 
     @model_validator(mode="after")
     def _check(self):

@@ -258,13 +258,19 @@ def _scenario_model(raw: dict) -> tuple[str, type[BaseModel]]:
     return kind, model
 
 
+def _names_llm(model: Any) -> bool:
+    """Whether a token pipeline's ``model`` (a name or a mapping with ``base``) is a catalog LLM."""
+    name = model.get("base") if isinstance(model, dict) else model
+    return isinstance(name, str) and catalog.entry("llms", name) is not None
+
+
 def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     """Fill catalog names and profile files into ``raw`` in place; returns the kind's model."""
     kind, model = _scenario_model(raw)
     resolver = _Resolver(base_dir)
     raw.setdefault("kind", kind)
     model_kind = "llms" if kind == "llm" else "dits"
-    if kind == "token_pipeline" and isinstance(raw.get("model"), str) and catalog.entry("llms", raw["model"]):
+    if kind == "token_pipeline" and _names_llm(raw.get("model")):
         model_kind = "llms"
     default_model = "llama-3-8b" if kind == "llm" else None
     raw["model"] = resolver.ref(raw.get("model", default_model), model_kind, "model", default=default_model)
