@@ -38,7 +38,7 @@ from ..observe.spans import SpanRecorder
 from ..observe.stats import stats
 from ..workloads import dit as W
 from ..hardware.ops import DTYPE_BYTES, Op
-from .dit_arrivals import open_loop_arrivals
+from ..workloads.arrivals import open_loop_arrivals
 from .dit_cost import DiTCost, eager_ops, unfused
 from .health import assess, overload_warning, was_cut
 

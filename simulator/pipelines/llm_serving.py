@@ -16,7 +16,7 @@ from ..observe.spans import SpanRecorder
 from ..units import fmt_bytes
 from ..workloads.llm import LLMCostModel, LLMShape
 from ..config.models import upper_tokens
-from .arrivals import make_requests
+from ..workloads.arrivals import make_requests
 from .health import assess, overload_warning, was_cut
 from .llm_engine import Engine, RequestTable
 from .llm_frontend import Frontend

@@ -1,0 +1,153 @@
+"""Request arrivals and lengths for every scenario kind: one module, one convention.
+
+Conventions (the same for LLM, DiT and any later kind):
+
+- ``workload.burstiness`` is the **coefficient of variation** (CV) of the inter-arrival gaps,
+  as Vidur's gamma request-interval generator and the queueing literature use it: gamma gaps
+  of shape k = 1/CV² and mean 1/rate. CV = 1 is Poisson, CV > 1 burstier, CV < 1 smoother.
+- Every open-loop process's **first request arrives at t = 0**; the remaining arrivals follow
+  at the drawn gaps (so Poisson, gamma, constant, all-at-once and trace replays start alike).
+- Gaps are drawn first from the scenario's rng, before any token length, so two kinds with the
+  same seed and the same arrival section draw the same gaps.
+
+Arrival processes are classes behind the :data:`ARRIVALS` registry, keyed by the YAML name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config.trace import fit_to_context, read_trace
+from ..errors import ConfigError
+
+
+@dataclass
+class RequestSpecs:
+    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+def _from_gaps(gaps: np.ndarray) -> np.ndarray:
+    """Arrival times whose first is 0 and whose successive differences are ``gaps[1:]``."""
+    times = np.cumsum(gaps)
+    return times - times[0]
+
+
+class Arrival:
+    """An arrival process: ``times(workload, n, rng)`` gives n arrival times (s) from 0."""
+
+    open_loop = True
+
+    def times(self, workload, n: int, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Poisson(Arrival):
+    """Exponential gaps of mean 1/rate (CV 1)."""
+
+    def times(self, workload, n, rng):
+        return _from_gaps(rng.exponential(1.0 / workload.rate, size=n))
+
+
+class Gamma(Arrival):
+    """Gamma gaps of mean 1/rate and coefficient of variation ``burstiness`` (shape 1/CV²)."""
+
+    def times(self, workload, n, rng):
+        cv = workload.burstiness
+        shape = 1.0 / (cv * cv)
+        return _from_gaps(rng.gamma(shape, 1.0 / (workload.rate * shape), size=n))
+
+
+class Constant(Arrival):
+    """Evenly spaced arrivals, 1/rate apart (CV 0)."""
+
+    def times(self, workload, n, rng):
+        return np.arange(n) / workload.rate
+
+
+class AllAtOnce(Arrival):
+    """Every request at t = 0 (an offline batch)."""
+
+    def times(self, workload, n, rng):
+        return np.zeros(n)
+
+
+class Closed(Arrival):
+    """Clients keep ``concurrency`` requests in flight: a request arrives when one finishes (NaN here)."""
+
+    open_loop = False
+
+    def times(self, workload, n, rng):
+        return np.full(n, np.nan)
+
+
+ARRIVALS: dict[str, Arrival] = {"poisson": Poisson(), "gamma": Gamma(), "constant": Constant(),
+                                "all_at_once": AllAtOnce(), "closed": Closed()}
+"""Arrival processes by their ``workload.arrival`` name (``trace`` replays a file's own times)."""
+
+
+def arrival_times(workload, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s, the first at 0) of n requests; NaN where the closed loop decides."""
+    process = ARRIVALS.get(workload.arrival)
+    if process is None:
+        raise ValueError(f"arrival {workload.arrival!r} needs a trace")
+    return process.times(workload, n, rng)
+
+
+def open_loop_arrivals(workload, rng: np.random.Generator) -> np.ndarray | None:
+    """Arrival times (s) of ``workload.requests`` for a kind without traces; None for ``closed``."""
+    process = ARRIVALS.get(workload.arrival)
+    if process is None:
+        raise ConfigError(f"arrival {workload.arrival!r} is not supported by this scenario kind "
+                          f"(use {', '.join(ARRIVALS)})", path="workload.arrival")
+    if not process.open_loop:
+        return None
+    return process.times(workload, workload.requests, rng)
+
+
+def sample_tokens(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draw ``n`` token counts from a fixed number or a Distribution model."""
+    if isinstance(spec, int):
+        return np.full(n, spec, dtype=np.int64)
+    if spec.dist == "fixed":
+        out = np.full(n, spec.value, dtype=np.int64)
+    elif spec.dist == "uniform":
+        out = rng.integers(spec.low, spec.high + 1, size=n)
+    else:
+        out = np.rint(spec.median * np.exp(spec.sigma * rng.standard_normal(n))).astype(np.int64)
+    out = np.maximum(out, 1)
+    if spec.max is not None:
+        out = np.minimum(out, spec.max)
+    return out.astype(np.int64)
+
+
+def make_requests(workload, rng: np.random.Generator, context: int | None = None) -> RequestSpecs:
+    """Every request of a workload: lengths from the trace or the distributions, arrivals as configured.
+
+    ``context``: the model's context window; with ``over_context: truncate_prompt`` prompts are cut to
+    fit it (the loader has already rejected lengths that do not fit otherwise)."""
+    if workload.trace:
+        df = read_trace(workload.trace, limit=workload.requests)
+        prompt = df["num_prefill_tokens"].to_numpy(np.int64)
+        output = df["num_decode_tokens"].to_numpy(np.int64)
+        n = len(df)
+        if workload.arrival == "trace":
+            at = df["arrived_at"].to_numpy(float) * workload.trace_time_scale
+            arrival = at - at[0]
+        else:
+            arrival = arrival_times(workload, n, rng)
+    else:
+        n = workload.requests
+        arrival = arrival_times(workload, n, rng)
+        prompt = sample_tokens(workload.prompt_tokens, n, rng)
+        output = sample_tokens(workload.output_tokens, n, rng)
+    prompt = fit_to_context(prompt, output, context, workload.over_context)
+    return RequestSpecs(arrival.astype(float), prompt, output)
