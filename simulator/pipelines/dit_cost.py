@@ -55,7 +55,7 @@ def _softmax_flops() -> float:
 
 @dataclass
 class DiTCost:
-    """Times lists of ops for one model on one GPU type, memoized by the caller's key.
+    """Times lists of ops for one model on one GPU type.
 
     ``attention_efficiency`` is only used when ``softmax_flops`` is set to 0 (a flat fraction
     of peak for the fused attention instead of the GEMM + FP32-softmax model).
@@ -67,7 +67,11 @@ class DiTCost:
     head_dim_multiple: int
     eager: bool
     softmax_flops: float = field(default_factory=_softmax_flops)
-    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_kernels(cls, gpu: GPU, head_dim: int, kernels, eager: bool) -> "DiTCost":
+        """The cost model under a scenario's ``kernels`` settings (config.dit_models.Kernels)."""
+        return cls(gpu, head_dim, kernels.attention_efficiency, kernels.head_dim_multiple, eager=eager)
 
     @property
     def padded_head_dim(self) -> int:
@@ -96,11 +100,11 @@ class DiTCost:
     def kernels(self, ops: list[Op]) -> int:
         return sum(op.count for op in ops)
 
-    def time(self, ops: list[Op], extra_kernels: int = 0) -> float:
+    def time(self, ops: list[Op]) -> float:
         """Wall time of a task: GPU time, or the CPU's launch time if that is longer (eager)."""
         t = self.gpu_time(ops)
         if self.eager:
-            t = max(t, (self.kernels(ops) + extra_kernels) * self.gpu.launch_overhead)
+            t = max(t, self.kernels(ops) * self.gpu.launch_overhead)
         return t
 
     def task_time(self, ops: list[Op], cpu_ops: int, dispatch_only: int = 0) -> float:
@@ -110,14 +114,6 @@ class DiTCost:
         if self.eager:
             t = max(t, cpu_ops * self.gpu.launch_overhead + dispatch_only * dispatch_overhead())
         return t
-
-    def cached(self, key, build) -> float:
-        """``time(build())`` memoized under ``key``."""
-        v = self._cache.get(key)
-        if v is None:
-            v = build()
-            self._cache[key] = v
-        return v
 
 
 def unfused(key: str, kind: str | None = None) -> int:

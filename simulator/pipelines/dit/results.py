@@ -1,0 +1,92 @@
+"""A DiT run's outputs: the per-request frame, the summary dict, and the OOM result.
+
+Each request's latency splits into ``queue, text_encode, denoise, comm, bubble, vae, d2h,
+encode, deliver``. Over the denoising phase of wall time D on n GPUs, ``denoise`` is the mean
+GPU compute time, ``comm`` the mean exposed communication time, ``bubble`` the rest
+(D - denoise - comm): the phase's idle device time, per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ...config.dit_models import DiTScenario
+from ...observe.result import Result, with_units
+from ...observe.stats import stats
+
+CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
+              "deliver")
+LAST_MILE = ("d2h", "encode", "deliver")
+GIB = 2.0 ** 30
+
+REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
+                   "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
+                   *CATEGORIES, "completed")
+SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in ("request", "output_bytes", "comm_bytes_per_gpu", "completed"))
+"""Request columns in seconds: published as ``<name>_s``."""
+
+
+def oom_result(sc: DiTScenario, need: float, have: float) -> Result:
+    """The result of a layout that does not fit: ``status: oom``, no request ran."""
+    summary = {
+        "kind": "dit", "name": sc.name, "status": "oom",
+        "memory_needed_gib": need / GIB, "memory_per_gpu_gib": need / GIB,
+        "gpu_memory_gib": have / GIB, "gpus": sc.n_gpus,
+        "message": f"needs {need / GIB:.1f} GiB per GPU, the {sc.hardware.gpu.name} has "
+                   f"{have / GIB:.1f} GiB",
+        "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
+        "last_mile_share": None, "requests_total": sc.workload.requests, "requests_completed": 0,
+        "throughput": {"images_per_s": 0.0},
+    }
+    empty = with_units(pd.DataFrame(columns=list(REQUEST_COLUMNS)), SECONDS)
+    return Result("dit", sc, summary, empty, with_units(pd.DataFrame(columns=["request", *CATEGORIES,
+                                                                              "latency"]), ("latency",)),
+                  pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
+
+
+def request_frame(rows: list[dict], started: dict, total: int, times: np.ndarray | None) -> pd.DataFrame:
+    """One row per request, in request order: completed images as recorded, the others with
+    what is known (arrival; start if the server took them) and ``completed`` False."""
+    by_id = {r["request"]: r for r in rows}
+    out = []
+    for rid in range(total):
+        row = by_id.get(rid)
+        if row is None:
+            arrival, start = started.get(
+                rid, (float(times[rid]) if times is not None else math.nan, math.nan))
+            row = {c: math.nan for c in REQUEST_COLUMNS}
+            row.update(request=rid, arrival=arrival, start=start, queue=start - arrival,
+                       completed=False)
+        out.append(row)
+    df = pd.DataFrame(out, columns=list(REQUEST_COLUMNS))
+    return df.astype({"request": "int64", "completed": bool})
+
+
+def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float, strategy: str) -> dict:
+    """The summary dict of a run that fitted in memory (before the health assessment)."""
+    lat = done["latency"].to_numpy(float)
+    total = float(lat.sum()) or 1.0
+    share = ({c: float(done[c].sum()) / total for c in CATEGORIES} if len(done)
+             else {c: None for c in CATEGORIES})
+    first = float(done["arrival"].min()) if len(done) else 0.0
+    last_done = float(done["done"].max()) if len(done) else 0.0
+    return {
+        "kind": "dit", "name": sc.name, "status": "ok", "model": model.arch.name,
+        "gpu": sc.hardware.gpu.name, "gpus": model.lay.n_gpus,
+        "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps,
+        "strategy": strategy,
+        "latency_s": stats(lat), "breakdown_share": share,
+        "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,
+        "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
+        "requests_completed": int(len(done)),
+        "throughput": {"images_per_s": len(done) / (last_done - first) if last_done > first else 0.0},
+        "comm_bytes_per_gpu": float(done["comm_bytes_per_gpu"].mean()) if len(done) else None,
+        "utilization": {
+            "gpu": {k: v for k, v in util.items() if k.startswith("gpu")},
+            "link": {k: v for k, v in util.items() if k.startswith("link:")},
+            "cpu": {k: v for k, v in util.items() if k.startswith("cpu:")},
+        },
+    }

@@ -1,0 +1,64 @@
+"""``simulate``: run a DiT scenario end to end and build its Result."""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ...config.dit_models import DiTScenario
+from ...observe.perfetto import trace_events
+from ...observe.result import Result, with_units
+from ...workloads.arrivals import open_loop_arrivals
+from ..health import assess, overload_warning, was_cut
+from . import results as R
+from .layout import Layout
+from .model import DiTModel
+from .sim import DiTSim
+from .strategies import label
+
+
+def strategy_name(sc: DiTScenario) -> str:
+    """A short label of the layout, e.g. ``cfg2 x pipefusion4(M=8) x ulysses2``."""
+    return label(Layout.build(sc.parallel, sc.steps).strategies)
+
+
+def _run(sim: DiTSim, env: simpy.Environment, sc: DiTScenario, rng: np.random.Generator):
+    """Start the clients (closed loop) or the arrival source (open loop) and run; the arrival times."""
+    wl = sc.workload
+    times = open_loop_arrivals(wl, rng)
+    if times is None:
+        ids = list(range(wl.requests))
+        for c in range(wl.concurrency):
+            env.process(sim.closed_client(ids[c::wl.concurrency]))
+    else:
+        env.process(sim.open_source(times))
+    env.run(until=sc.max_sim_time)
+    return times
+
+
+def simulate(sc: DiTScenario) -> Result:
+    """Run a DiT scenario; a layout that does not fit in memory returns ``status: oom``."""
+    model = DiTModel.build(sc)
+    need = model.memory_per_gpu()
+    if need > model.gpu.memory:
+        return R.oom_result(sc, need, model.gpu.memory)
+    env = simpy.Environment()
+    rng = np.random.default_rng(sc.seed)
+    sim = DiTSim(model, env, rng)
+    times = _run(sim, env, sc, rng)
+    wl = sc.workload
+    req = R.request_frame(sim.rows, sim.started, wl.requests, times)
+    done = req[req["completed"]]
+    bd = done[["request", *R.CATEGORIES, "latency"]].reset_index(drop=True)
+    cut = was_cut(env, sc.max_sim_time)
+    horizon = float(env.now) if cut else (float(done["done"].max()) if len(done) else 0.0)
+    spans = sim.rec.frame()
+    summary = R.summary(sc, model, done, sim.rec.utilization(horizon), need, label(model.lay.strategies))
+    overload = None
+    if times is not None:
+        overload = overload_warning(req["arrival"].to_numpy(float), req["done"].to_numpy(float),
+                                    req["latency"].to_numpy(float), req["completed"].to_numpy(bool),
+                                    unit="images")
+    assess(summary, wl.requests, len(done), cut, sc.max_sim_time, [overload], unit="image")
+    return Result("dit", sc, summary, with_units(req, R.SECONDS), with_units(bd, ("latency",)), spans,
+                  trace_events(spans) if sc.record_spans else [])
