@@ -8,7 +8,6 @@ at ``model``. Impossible parallel layouts raise :class:`ConfigError` with the ke
 from __future__ import annotations
 
 import difflib
-import math
 from functools import lru_cache
 from importlib import resources
 from typing import Annotated, Literal, Optional, Union
@@ -351,7 +350,3 @@ def layer_split(layers: int, stages: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b) if b else math.inf

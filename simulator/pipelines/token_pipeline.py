@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ..config.dit_models import TokenPipelineScenario, layer_split
+from ..config.dit_models import Kernels, TokenPipelineScenario, layer_split
 from ..hardware.gpu import GPU
 from ..hardware.topology import LinkParams, Topology
 from ..observe.perfetto import trace_events
@@ -24,35 +24,55 @@ from .dit_cost import DiTCost
 from .health import assess
 
 
-class SliceCost:
-    """Per-stage time of a slice of ``n`` tokens after ``p`` earlier ones."""
+class DiTSliceCost:
+    """Per-stage time of a DiT slice: stale K/V, so every slice attends to the full sequence."""
 
-    def __init__(self, sc: TokenPipelineScenario):
-        self.sc = sc
-        self.gpu = GPU.from_spec(sc.hardware.gpu)
-        P = sc.parallel.pp
+    causal = False
+
+    def __init__(self, sc: TokenPipelineScenario, gpu: GPU):
+        self.arch = sc.arch
+        self.hidden = self.arch.hidden
+        self.tokens, self.dtype = sc.sequence_tokens, sc.dtype
+        # the DiT path's kernel figures (config.dit_models.Kernels defaults: a token pipeline
+        # scenario has no kernels section); CUDA graphs, so no eager dispatch bound
+        self.dit = DiTCost.from_kernels(gpu, self.arch.head_dim, Kernels(), eager=False)
+        self.stages = layer_split(self.arch.num_layers, sc.parallel.pp)
         self._cache: dict = {}
-        if sc.is_dit:
-            self.arch = sc.arch
-            self.dit = DiTCost(self.gpu, self.arch.head_dim, 0.73, 32, eager=False)
-            self.stages = layer_split(self.arch.num_layers, P)
-        else:
-            self.llm = LLMCostModel(LLMShape.from_spec(sc.arch), self.gpu, sc.dtype, 1, P)
-        self.hidden = self.arch.hidden if sc.is_dit else sc.arch.hidden
 
     def __call__(self, p: int, n: int, stage: int = 1) -> float:
-        key = (p, n, stage) if self.sc.is_dit else (p, n)
+        key = (n, stage)  # the slice's position does not matter
         v = self._cache.get(key)
         if v is None:
-            if self.sc.is_dit:  # stale K/V: every slice attends to the full sequence
-                l0, l1 = self.stages[stage]
-                v = self.dit.time(W.stage_ops(self.arch, l0, l1, n, self.sc.sequence_tokens,
-                                              1, self.sc.dtype))
-            else:  # causal: n new tokens attend to p cached + themselves
-                m = self.llm
-                v = m.linear_time(n) + m.attention_time(0, 0, n * (p + (n + 1) / 2), p + n, n)
-            self._cache[key] = v
+            l0, l1 = self.stages[stage]
+            v = self._cache[key] = self.dit.time(W.stage_ops(self.arch, l0, l1, n, self.tokens, 1,
+                                                             self.dtype))
         return v
+
+
+class CausalSliceCost:
+    """Per-stage time of an LLM slice: its ``n`` new tokens attend to ``p`` cached ones and themselves."""
+
+    causal = True
+
+    def __init__(self, sc: TokenPipelineScenario, gpu: GPU):
+        self.hidden = sc.arch.hidden
+        self.llm = LLMCostModel(LLMShape.from_spec(sc.arch), gpu, sc.dtype, 1, sc.parallel.pp)
+        self._cache: dict = {}
+
+    def __call__(self, p: int, n: int, stage: int = 1) -> float:
+        key = (p, n)  # every stage holds the same layers' share
+        v = self._cache.get(key)
+        if v is None:
+            m = self.llm
+            v = self._cache[key] = (m.linear_time(n)
+                                    + m.attention_time(0, 0, n * (p + (n + 1) / 2), p + n, n))
+        return v
+
+
+def slice_cost(sc: TokenPipelineScenario):
+    """The slice-cost model of the scenario's model: DiT (bidirectional) or causal LLM."""
+    gpu = GPU.from_spec(sc.hardware.gpu)
+    return DiTSliceCost(sc, gpu) if sc.is_dit else CausalSliceCost(sc, gpu)
 
 
 def uniform_slices(total: int, k: int) -> list[int]:
@@ -109,7 +129,7 @@ def balanced_slices(total: int, k: int, cost, stages: int = 1, max_units: int = 
 def simulate(sc: TokenPipelineScenario) -> Result:
     """Push the sequence through the pipeline; report latency, bubble fraction, utilization."""
     P, K, S = sc.parallel.pp, sc.slices, sc.sequence_tokens
-    cost = SliceCost(sc)
+    cost = slice_cost(sc)
     lens = (uniform_slices(S, K) if sc.slicing == "uniform"
             else balanced_slices(S, K, lambda p, n: cost(p, n), P))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
@@ -153,7 +173,8 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     bubble = 1.0 - busy.sum() / (P * latency) if latency > 0 else 0.0
     spans = rec.frame()
     util = {f"gpu{j}": float(busy[j] / latency) for j in range(P)}
-    st = slice_times[0] if not sc.is_dit else slice_times.mean(axis=0)
+    # causal slices differ by position, measured on stage 0; DiT slices by stage only
+    st = slice_times[0] if cost.causal else slice_times.mean(axis=0)
     summary = {
         "kind": "token_pipeline", "name": sc.name, "status": "ok",
         "model": sc.model.get("name", "?"), "causal": not sc.is_dit,
