@@ -111,12 +111,17 @@ class DiTModel:
 
     # ---- memory ----
 
+    def memory_context(self) -> MemoryContext:
+        """What the strategies' memory shares depend on."""
+        return MemoryContext(self.arch, self.lay, self.tokens, self.batch, DTYPE_BYTES[self.sc.dtype],
+                             self.act_bytes, max(l1 - l0 for l0, l1 in self.stages),
+                             self.sc.parallel.splits_cross_attention)
+
     def memory_per_gpu(self) -> float:
         """Bytes the busiest GPU needs: weights, activations, K/V buffers, VAE workspace."""
-        sc, arch, lay, b, ab = self.sc, self.arch, self.lay, self.batch, self.act_bytes
-        mem = MemoryContext(arch, lay, self.tokens, b, DTYPE_BYTES[sc.dtype], ab,
-                            max(l1 - l0 for l0, l1 in self.stages), sc.parallel.splits_cross_attention)
-        strategies = lay.strategies
+        sc, arch, b, ab = self.sc, self.arch, self.batch, self.act_bytes
+        mem = self.memory_context()
+        strategies = self.lay.strategies
         shards = 1
         for s in strategies:
             shards *= s.weight_split
