@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.config.loader import load_scenario  # noqa: E402
-from simulator.pipelines import simulate  # noqa: E402
+from simulator.api import simulate  # noqa: E402
 
 
 def main() -> None:

@@ -1,14 +1,45 @@
-"""The Python entry point: ``simulator.run(path_or_dict, overrides={...})``."""
+"""The Python entry points: ``simulator.run(path_or_dict, overrides={...})``, ``load_scenario`` and
+``simulate``, each dispatching on the scenario's kind through the registry (``simulator.kinds``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
-from .config.loader import load_scenario
+from .config import loader
 from .errors import ConfigError
+from .kinds import KINDS
 from .observe.result import Result
-from .pipelines import simulate
+
+
+def _source_name(scenario) -> str:
+    if isinstance(scenario, (str, Path)):
+        return str(scenario)
+    return "<default scenario>" if scenario is None else "<dict>"
+
+
+def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):
+    """Load and validate a scenario, then check what its kind can know before simulating.
+
+    Every problem that the scenario alone decides (a key, a bound, a layout the model cannot take)
+    is a :class:`ConfigError` here; what a layout runs into (memory) is the run's ``status``.
+    """
+    sc = loader.load_scenario(scenario, overrides)
+    check = KINDS[sc.kind].check
+    if check is not None:
+        try:
+            check(sc)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path) from None
+    return sc
+
+
+def simulate(scenario) -> Result:
+    """Run a validated scenario with its kind's pipeline; the summary is checked against the kind's type."""
+    kind = KINDS[scenario.kind]
+    result = kind.simulate(scenario)
+    result.summary = kind.summary.model_validate(result.summary).model_dump(mode="json", exclude_unset=True)
+    return result
 
 
 def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None) -> Result:
@@ -17,6 +48,4 @@ def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, An
     try:
         return simulate(sc)
     except ConfigError as exc:
-        name = str(scenario) if isinstance(scenario, (str, Path)) else (
-            "<default scenario>" if scenario is None else "<dict>")
-        raise ConfigError(exc.message, file=exc.file or name, path=exc.path) from None
+        raise ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path) from None

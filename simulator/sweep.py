@@ -17,7 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .config.loader import load_raw, load_scenario
+from .api import load_scenario
+from .config.loader import load_raw
 from .errors import ConfigError, LastmileError
 from .progress import Progress
 
@@ -64,7 +65,7 @@ def run_point(scenario) -> dict:
     A ConfigError raised by the simulation (an infeasible combination, such as a TP degree that
     does not divide the heads) becomes ``status = "error: <message>"`` rather than an exception.
     """
-    from .pipelines import simulate
+    from .api import simulate
 
     try:
         result = simulate(scenario)

@@ -11,9 +11,9 @@ from dit_fidelity import legacy_scenario, reference_rows
 from simulator.config.loader import load_scenario
 from simulator.errors import ConfigError
 from simulator.hardware.collectives import alltoall_time
-from simulator.pipelines import simulate
+from simulator.api import simulate
 from simulator.pipelines.dit import CATEGORIES, DiTModel
-from simulator.report.dit_text import format_summary
+from simulator.report.text import format_summary
 
 
 def dit(**kw):

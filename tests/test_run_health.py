@@ -9,7 +9,8 @@ import pytest
 
 import simulator
 from simulator.config.loader import load_scenario
-from simulator.pipelines import health, simulate
+from simulator.api import simulate
+from simulator.pipelines import health
 
 PIPEFUSION = "scenarios/dit/pixart-1024-a100-nvlink-pipefusion.yaml"
 # Llama-3-8B on one H100 (the default scenario), small batches so that capacity is ~18 requests/s.

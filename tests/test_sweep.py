@@ -73,12 +73,20 @@ def test_cli_bad_grid_key_exits_2(capsys):
     assert len(err) == 1 and "did you mean 'overlap'" in err[0]
 
 
-def test_infeasible_points_are_rows():
-    df = simulator.sweep(None, {"parallel.tp": [1, 3]}, overrides={**BASE, "workload.concurrency": 4},
-                         workers=1, progress=False)
-    assert df["status"].iloc[0] == "ok"
-    assert df["status"].iloc[1].startswith("error: parallel.tp: tp=3 does not divide")
-    assert pd.isna(df["ttft_ms.p50"].iloc[1])
+def test_a_grid_value_no_point_can_take_is_the_load_error():
+    # tp=3 never divides the 32 heads: known from the scenario alone, so rejected at load time
+    with pytest.raises(ConfigError, match="parallel.tp: tp=3 does not divide the 32 attention heads"):
+        simulator.sweep(None, {"parallel.tp": [1, 3]}, overrides={**BASE, "workload.concurrency": 4},
+                        workers=1, progress=False)
+
+
+def test_infeasible_combinations_are_rows():
+    # tp=8 suits llama-3-8b (8 KV heads) but not as 8 GPUs x pp=8 on an 8-GPU node: only the combination fails
+    df = simulator.sweep(None, {"parallel.tp": [1, 8], "parallel.pp": [1, 8]},
+                         overrides={**BASE, "workload.concurrency": 4}, workers=1, progress=False)
+    assert list(df["status"][:3]) == ["ok", "ok", "ok"]
+    assert df["status"].iloc[3].startswith("error: hardware.node_link: a replica needs 64 GPUs")
+    assert pd.isna(df["ttft_ms.p50"].iloc[3])
 
 
 def test_oom_point_is_a_row():

@@ -6,8 +6,8 @@ import pytest
 
 from simulator.config.loader import load_scenario
 from simulator.errors import ConfigError
-from simulator.pipelines import simulate
-from simulator.report.dit_text import format_summary
+from simulator.api import simulate
+from simulator.report.text import format_summary
 
 
 def run(model, slicing, tokens=32768, pp=4, slices=8):

@@ -17,11 +17,12 @@ from typing import Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 
+from ..kinds import KINDS as REGISTRY
 from .field_docs import DIT_MODEL_KEYS, FIELD_DOCS
 
 HELP = "print the JSON Schema of a scenario kind (llm, dit, token_pipeline), or the Markdown key reference"
 
-KINDS = ("llm", "dit", "token_pipeline")
+KINDS = tuple(REGISTRY)
 #: SI unit of each quantity dimension (values may be written with any unit of that dimension).
 UNITS = {"time": "s", "bytes": "B", "bandwidth": "B/s", "flops": "FLOP/s", "flop": "FLOP", "rate": "1/s"}
 _BOUNDS = {"_positive": "> 0", "_non_negative": ">= 0"}
@@ -49,10 +50,8 @@ class Row:
 
 
 def scenario_models() -> dict[str, type[BaseModel]]:
-    """The pydantic model of each scenario kind, as the loader uses them."""
-    from ..config.loader import SCENARIO_KINDS
-
-    return {k: SCENARIO_KINDS[k] for k in KINDS if k in SCENARIO_KINDS}
+    """The pydantic model of each scenario kind, from the registry of kinds."""
+    return {name: kind.scenario for name, kind in REGISTRY.items()}
 
 
 def _doc_key(owner: type, name: str) -> str | None:

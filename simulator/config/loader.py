@@ -13,17 +13,14 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
+from ..kinds import DEFAULT_KIND, KINDS, Kind
 from . import catalog
-from .dit_models import DiTScenario, TokenPipelineScenario
-from .models import LLMScenario
 from .trace import check_trace
 from .yamlio import YAMLInputError, load_file, loads
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 60, 60, 4, 4, 2
 
-SCENARIO_KINDS: dict[str, type[BaseModel]] = {"llm": LLMScenario, "dit": DiTScenario,
-                                              "token_pipeline": TokenPipelineScenario}
 
 
 def default_scenario_text() -> str:
@@ -247,33 +244,32 @@ def load_raw(source: str | Path | Mapping | None) -> tuple[dict, str, Path]:
     return raw, str(source), Path(source).resolve().parent
 
 
-def _scenario_model(raw: dict) -> tuple[str, type[BaseModel]]:
-    kind = raw.get("kind", "llm")
+def _kind(raw: dict) -> Kind:
+    kind = raw.get("kind", DEFAULT_KIND)
     if not isinstance(kind, str):
-        raise ConfigError(f"expected one of {', '.join(SCENARIO_KINDS)}, got {_SHORT.repr(kind)}", path="kind")
-    model = SCENARIO_KINDS.get(kind)
-    if model is None:
-        raise ConfigError(f"unknown kind {_SHORT.repr(kind)}{_suggest(kind, SCENARIO_KINDS)}; known: "
-                          f"{', '.join(SCENARIO_KINDS)}", path="kind")
-    return kind, model
+        raise ConfigError(f"expected one of {', '.join(KINDS)}, got {_SHORT.repr(kind)}", path="kind")
+    if kind not in KINDS:
+        raise ConfigError(f"unknown kind {_SHORT.repr(kind)}{_suggest(kind, KINDS)}; known: "
+                          f"{', '.join(KINDS)}", path="kind")
+    return KINDS[kind]
 
 
-def _names_llm(model: Any) -> bool:
-    """Whether a token pipeline's ``model`` (a name or a mapping with ``base``) is a catalog LLM."""
+def _model_catalog(kind: Kind, model: Any) -> str:
+    """The first of the kind's catalogs that holds the model's name (or base); the first if none does."""
     name = model.get("base") if isinstance(model, dict) else model
-    return isinstance(name, str) and catalog.entry("llms", name) is not None
+    for section in kind.catalogs:
+        if isinstance(name, str) and catalog.entry(section, name) is not None:
+            return section
+    return kind.catalogs[0]
 
 
 def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     """Fill catalog names and profile files into ``raw`` in place; returns the kind's model."""
-    kind, model = _scenario_model(raw)
+    kind = _kind(raw)
     resolver = _Resolver(base_dir)
-    raw.setdefault("kind", kind)
-    model_kind = "llms" if kind == "llm" else "dits"
-    if kind == "token_pipeline" and _names_llm(raw.get("model")):
-        model_kind = "llms"
-    default_model = "llama-3-8b" if kind == "llm" else None
-    raw["model"] = resolver.ref(raw.get("model", default_model), model_kind, "model", default=default_model)
+    raw.setdefault("kind", kind.name)
+    model = raw.get("model", kind.default_model)
+    raw["model"] = resolver.ref(model, _model_catalog(kind, model), "model", default=kind.default_model)
     raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver)
     workload = raw.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("trace"), str) and workload["trace"]:
@@ -281,7 +277,7 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
         if not tp.is_absolute() and not tp.is_file():
             tp = base_dir / tp
         workload["trace"] = str(tp)
-    return model, resolver
+    return kind.scenario, resolver
 
 
 def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):

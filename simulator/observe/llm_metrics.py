@@ -14,14 +14,11 @@ import numpy as np
 import pandas as pd
 
 from .perfetto import Counter, trace_events
+from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
 from .stats import stats
 from .result import Result
 
-CATEGORIES = ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize", "stream")
-LAST_MILE = ("d2h", "detokenize", "stream")
-# What a row of the per-token record is: a prefill chunk that emitted no token, a token held
-# back by the stream interval, or a token the client received in a chunk.
-PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
+CATEGORIES, LAST_MILE = LLM_CATEGORIES, LLM_LAST_MILE
 
 
 class _Accumulator:

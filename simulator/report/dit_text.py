@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..observe.records import DIT_CATEGORIES
 from ..units import fmt_time
 
-_CATS = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
 
 
 def _t(x) -> str:
@@ -21,9 +21,10 @@ def _pct(x, width: int = 0) -> str:
     return f"{'-':>{width}} " if x is None else f"{100 * x:>{width}.1f}%"
 
 
-def _dit(result) -> str:
+def format_dit(result) -> str:
+    """Multi-line text for ``lastmile run`` of kind dit."""
     s = result.summary
-    head = (f"{s.get('name', 'dit')}: {s.get('model', '')} {s.get('resolution', '')} "
+    head = (f"{s['scenario']}: {s.get('model', '')} {s.get('resolution', '')} "
             f"{s.get('steps', '')} steps on {s.get('gpus', '?')} x {s.get('gpu', '')} "
             f"[{s.get('strategy', '')}]")
     if s.get("status") == "oom":
@@ -37,7 +38,7 @@ def _dit(result) -> str:
              f"latency  p50 {_t(lat['p50'])}  p90 {_t(lat['p90'])}  p99 {_t(lat['p99'])}  "
              f"mean {_t(lat['mean'])}", "", f"{'category':<12} {'mean':>10} {'share':>7}"]
     bd = result.breakdown
-    for c in _CATS:
+    for c in DIT_CATEGORIES:
         mean = _t(float(bd[c].mean())) if len(bd) else "-"
         lines.append(f"{c:<12} {mean:>10} {_pct(s['breakdown_share'][c], 6)}")
     lines.append(f"last mile (d2h + encode + deliver): {_pct(s['last_mile_share'])} of latency")
@@ -48,10 +49,11 @@ def _dit(result) -> str:
     return "\n".join(lines)
 
 
-def _token(result) -> str:
+def format_token(result) -> str:
+    """Multi-line text for ``lastmile run`` of kind token_pipeline."""
     s = result.summary
     kind = "causal LLM" if s["causal"] else "DiT (bidirectional, stale K/V)"
-    lines = [f"{s['name']}: {s['model']} ({kind}), {s['sequence_tokens']} tokens, "
+    lines = [f"{s['scenario']}: {s['model']} ({kind}), {s['sequence_tokens']} tokens, "
              f"{s['stages']} stages, {s['slices']} {s['slicing']} slices",
              f"latency {_t(s['latency_s']['p50'])}   bubble {_n(s['bubble_fraction'], '.1f', 100)}%"
              f"   slice cost max/min {_n(s['slice_cost_spread'], '.2f')}",
@@ -59,10 +61,3 @@ def _token(result) -> str:
              "stage utilization: " + "  ".join(f"{k} {_n(v, '.0f', 100)}%"
                                                for k, v in s["utilization"]["gpu"].items())]
     return "\n".join(lines)
-
-
-def format_summary(result) -> str:
-    """Multi-line text for ``lastmile run`` of kind dit or token_pipeline."""
-    if result.kind == "token_pipeline":
-        return _token(result)
-    return _dit(result)

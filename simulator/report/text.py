@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..kinds import KINDS
 from ..observe.llm_metrics import CATEGORIES, LAST_MILE
 
 
@@ -22,6 +23,7 @@ def _pct(x, width: int = 0) -> str:
 
 
 def format_llm(result) -> str:
+    """Multi-line text for ``lastmile run`` of kind llm."""
     s = result.summary
     sc = result.scenario
     hw = sc.hardware
@@ -62,8 +64,5 @@ def format_llm(result) -> str:
 
 
 def format_summary(result) -> str:
-    """The summary for any kind of run."""
-    if result.kind == "llm":
-        return format_llm(result)
-    from .dit_text import format_summary as format_dit
-    return format_dit(result)
+    """The summary for any kind of run, in its kind's own format (``simulator.kinds``)."""
+    return KINDS[result.kind].format(result)

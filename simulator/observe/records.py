@@ -1,0 +1,18 @@
+"""Record schemas shared by the pipelines that write records and the metrics that read them, defined once.
+
+The LLM engine writes one row per (request, step) output; what a row is comes from ``ROW_KINDS``.
+Every request's latency splits into its kind's categories, which sum to it; the last mile is the
+part after the GPU has produced the output.
+"""
+
+from __future__ import annotations
+
+# What a row of the LLM per-token record is: a prefill chunk that emitted no token, a token held
+# back by the stream interval, or a token the client received in a chunk.
+PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
+
+LLM_CATEGORIES = ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize", "stream")
+LLM_LAST_MILE = ("d2h", "detokenize", "stream")
+
+DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
+DIT_LAST_MILE = ("d2h", "encode", "deliver")

@@ -1,0 +1,161 @@
+"""The typed contract of ``summary.json``: one pydantic model per scenario kind.
+
+Every run's summary is validated against its kind's model before it reaches the user, so a key
+that a pipeline forgets, misspells or adds without declaring here fails the run's tests rather
+than a reader downstream. Keys are the JSON keys users read (``r.summary["ttft_ms"]["p50"]``);
+undefined metrics (no request completed) are ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from .records import DIT_CATEGORIES, LLM_CATEGORIES
+
+Share = Optional[float]
+"""A fraction of a total; null when the total is empty."""
+
+
+class _Summary(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Percentiles(_Summary):
+    """p50/p90/p99 and mean of one metric over the completed requests (null when there are none)."""
+
+    p50: Optional[float]
+    p90: Optional[float]
+    p99: Optional[float]
+    mean: Optional[float]
+
+
+def _categories(names: tuple[str, ...]):
+    def check(value: dict) -> dict:
+        if tuple(value) != names:
+            raise ValueError(f"breakdown categories must be {', '.join(names)}, got {', '.join(value)}")
+        return value
+    return check
+
+
+class RunSummary(_Summary):
+    """What every run states: which scenario, whether it is whole, and what went wrong if not."""
+
+    kind: str
+    scenario: str = Field(validation_alias=AliasChoices("scenario", "name"))
+    status: Literal["ok", "truncated", "incomplete", "oom"]
+    requests_total: Optional[int] = None
+    requests_completed: Optional[int] = None
+    warnings: list[str] = []
+
+
+class Throughput(_Summary):
+    output_tokens_per_s: Optional[float]
+    requests_per_s: Optional[float]
+    total_tokens_per_s: Optional[float]
+
+
+class SLOLimits(_Summary):
+    ttft_ms: float
+    itl_ms: float
+
+
+class Goodput(_Summary):
+    requests_per_s: Optional[float]
+    slo_attainment: Share
+    slo: SLOLimits
+
+
+class ITLStalls(_Summary):
+    p99_over_p50: Optional[float]
+    gaps_over_2x_median: int
+
+
+class KVCache(_Summary):
+    blocks_per_replica: int
+    peak_occupancy: Share
+    mean_occupancy: Share
+
+
+class LLMMemory(_Summary):
+    weights_gib: float
+    activations_gib: float
+    kv_cache_gib: float
+    capacity_gib: float
+
+
+class LLMSummary(RunSummary):
+    """An LLM serving run (``kind: llm``)."""
+
+    kind: Literal["llm"]
+    duration_s: Optional[float]
+    ttft_ms: Percentiles
+    itl_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+    throughput: Throughput
+    goodput: Goodput
+    breakdown_share: dict[str, Share]
+    last_mile_share: Share
+    itl_last_mile_share: Share
+    itl_stalls: ITLStalls
+    utilization: dict[str, Share]
+    kv_cache: KVCache
+    memory_per_gpu_gib: LLMMemory
+    steps: int
+    preemptions: int
+
+    _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
+
+
+class DiTUtilization(_Summary):
+    gpu: dict[str, Share]
+    link: dict[str, Share]
+    cpu: dict[str, Share]
+
+
+class DiTSummary(RunSummary):
+    """A DiT run (``kind: dit``); an out-of-memory layout (``status: oom``) states the memory it
+    needed and the GPU's, and null metrics."""
+
+    kind: Literal["dit"]
+    gpus: int
+    memory_needed_gib: float
+    model: Optional[str] = None
+    gpu: Optional[str] = None
+    resolution: Optional[str] = None
+    steps: Optional[int] = None
+    strategy: Optional[str] = None
+    gpu_memory_gib: Optional[float] = None
+    message: Optional[str] = None
+    latency_s: Optional[Percentiles] = None
+    breakdown_share: Optional[dict[str, Share]] = None
+    last_mile_share: Share = None
+    memory_per_gpu_gib: Optional[float] = None
+    throughput: Optional[dict[Literal["images_per_s"], Optional[float]]] = None
+    comm_bytes_per_gpu: Optional[float] = None
+    utilization: Optional[DiTUtilization] = None
+
+    @field_validator("breakdown_share")
+    @classmethod
+    def _breakdown(cls, value):
+        return value if value is None else _categories(DIT_CATEGORIES)(value)
+
+
+class TokenPipelineSummary(RunSummary):
+    """One sequence through a token-level pipeline (``kind: token_pipeline``)."""
+
+    kind: Literal["token_pipeline"]
+    model: str
+    causal: bool
+    sequence_tokens: int
+    stages: int
+    slices: int
+    slicing: str
+    latency_s: Percentiles
+    bubble_fraction: Share
+    slice_tokens: list[int]
+    slice_time_s: list[float]
+    slice_cost_spread: Optional[float]
+    utilization: dict[Literal["gpu"], dict[str, Share]]
