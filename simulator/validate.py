@@ -22,6 +22,7 @@ import yaml
 
 from .errors import ConfigError
 from .progress import Progress
+from .project import scenarios_dir
 
 ROW_COLUMNS = ["family", "case", "metric", "predicted", "measured", "error_pct", "note"]
 TARGET_MEDIAN_PCT = 10.0
@@ -42,9 +43,8 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def default_directory() -> Path:
-    """``scenarios/validation`` of the source tree this package lives in, else of the working directory."""
-    here = Path(__file__).resolve().parents[1] / "scenarios" / "validation"
-    return here if here.is_dir() else Path.cwd() / "scenarios" / "validation"
+    """``validation/`` of the project's scenarios folder (``simulator.project.scenarios_dir``)."""
+    return scenarios_dir() / "validation"
 
 
 @dataclass

@@ -15,7 +15,7 @@ LAYERS = [
     {"hardware"},
     {"workloads"},
     {"pipelines"},
-    {"api", "sweep", "validate", "calibrate", "report", "runfolder"},
+    {"api", "sweep", "validate", "calibrate", "report", "runfolder", "project"},
     {"commands", "cli", "__main__", "__init__"},
 ]
 

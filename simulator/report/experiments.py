@@ -14,10 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ..config import catalog
+from ..project import scenarios_dir
 from ..sweep import sweep
 from ..units import parse
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def __getattr__(name: str):
+    """``SCENARIOS``: the project's scenarios/ folder, found when first used (``simulator.project``)."""
+    if name == "SCENARIOS":
+        return scenarios_dir()
+    raise AttributeError(name)
 
 #: The last-mile remedies of question 1: a label and the serving overrides that apply it.
 REMEDIES: Mapping[str, Mapping] = {
@@ -95,11 +102,13 @@ def crossover(rows: pd.DataFrame, threshold: float = 0.2, y: str = "itl_last_mil
     return out
 
 
-def dit_strategies(scenario: str | Path = SCENARIOS / "dit" / "pixart-1024-a100-nvlink-single.yaml",
+def dit_strategies(scenario: str | Path | None = None,
                    gpu_counts: Sequence[int] = (1, 2, 4, 8), strategies: Sequence[str] = DIT_STRATEGIES,
                    links: Mapping[str, str] = DIT_LINKS, base: Mapping | None = None,
                    workers: int | None = None, progress: bool | None = False) -> pd.DataFrame:
-    """Latency, breakdown and memory of each DiT strategy at each GPU count on each interconnect."""
+    """Latency, breakdown and memory of each DiT strategy at each GPU count on each interconnect
+    (``scenario``: PixArt-alpha 1024x1024 on one A100 unless given)."""
+    scenario = scenario or scenarios_dir() / "dit" / "pixart-1024-a100-nvlink-single.yaml"
     points = []
     for link, gpu in links.items():
         for strategy in strategies:
@@ -126,8 +135,9 @@ def token_pipeline(slices: Sequence[int] = (1, 2, 4, 8, 16, 32), slicings: Seque
                    workloads: Mapping[str, str] | None = None, base: Mapping | None = None,
                    workers: int | None = None, progress: bool | None = False) -> pd.DataFrame:
     """Bubble fraction and latency of the token-level pipeline vs slice count, causal LLM vs DiT."""
-    workloads = workloads or {"causal LLM (llama-3-8b)": str(SCENARIOS / "dit" / "token-pipeline-causal.yaml"),
-                              "DiT (pixart-alpha)": str(SCENARIOS / "dit" / "token-pipeline-dit.yaml")}
+    dit = scenarios_dir() / "dit"
+    workloads = workloads or {"causal LLM (llama-3-8b)": str(dit / "token-pipeline-causal.yaml"),
+                              "DiT (pixart-alpha)": str(dit / "token-pipeline-dit.yaml")}
     frames = []
     for label, path in workloads.items():
         df = sweep(path, {"slicing": list(slicings), "slices": list(slices)}, overrides=base, workers=workers,

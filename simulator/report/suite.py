@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..api import run
 from ..progress import Progress
+from ..project import scenarios_dir
 from . import experiments as E
 from . import plots
 
@@ -182,7 +183,7 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
             f"{r.strategy} on {r.link} ({r['latency_s.p50']:.3f} s, {r.speedup:.1f}x over one GPU, "
             f"{100 * r['breakdown_share.comm']:.0f}% communication)" for _, r in top.iterrows()) + ".")
 
-    pf = run(E.SCENARIOS / "dit" / "pixart-1024-a100-nvlink-single.yaml",
+    pf = run(scenarios_dir() / "dit" / "pixart-1024-a100-nvlink-single.yaml",
              {"parallel.pipefusion": 4, "parallel.patches": 4, "workload.requests": 1, "steps": 4})
     fig = plots.dit_pipeline(pf, "PipeFusion on 4x A100 NVLink, PixArt-alpha 1024x1024: 4 patches through 4 "
                              "stages (first 3 steps; step 0 is the synchronous warmup)")
