@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.config.loader import load_scenario
-from simulator.hardware.cpu import CorePool, CPUProcess, SerialChannel
+from simulator.hardware.cpu import CorePool, CPUProcess
 from simulator.hardware.gpu import GPU
 from simulator.hardware.ops import Op
 
@@ -70,9 +70,3 @@ def test_processes_on_enough_cores_run_in_parallel():
     a, b = CPUProcess("a", pool), CPUProcess("b", pool)
     assert a.submit(0.0, 1.0) == (0.0, 1.0)
     assert b.submit(0.5, 1.0) == (0.5, 1.5)
-
-
-def test_serial_channel_is_fifo():
-    ch = SerialChannel("d2h")
-    assert ch.submit(0.0, 1.0) == (0.0, 1.0)
-    assert ch.submit(0.5, 1.0) == (1.0, 2.0)

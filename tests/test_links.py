@@ -189,8 +189,8 @@ def test_cross_node_goes_through_node_nics():
 
 def test_topology_validation():
     env = simpy.Environment()
-    with pytest.raises(ValueError, match="node_link"):
-        Topology(env, 16, 8, gpu_link=NV)
+    with pytest.raises(ValueError, match="node_link"):  # only a copy between nodes needs one
+        Topology(env, 16, 8, gpu_link=NV).path(0, 8)
     with pytest.raises(ValueError, match="bandwidth"):
         LinkParams(0.0, 1e-6)
     with pytest.raises(ValueError, match="bandwidth"):

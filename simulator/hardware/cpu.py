@@ -74,23 +74,3 @@ class CPUProcess:
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
-
-
-@dataclass
-class SerialChannel:
-    """A FIFO resource used by one owner only (a GPU's D2H port in the LLM path), as a virtual clock."""
-
-    name: str
-    recorder: SpanRecorder | None = None
-    free_at: float = 0.0
-    busy: float = 0.0
-
-    def submit(self, now: float, duration: float, label: str = "", category: str = "") -> tuple[float, float]:
-        """Occupy the channel for ``duration`` from max(now, free); returns (start, end)."""
-        start = max(now, self.free_at)
-        end = start + duration
-        self.free_at = end
-        self.busy += duration
-        if self.recorder is not None and duration > 0:
-            self.recorder.add(self.name, label, start, end, category)
-        return start, end

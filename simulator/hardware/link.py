@@ -47,6 +47,7 @@ class _Flow:
     label: str
     start: float
     done: simpy.Event
+    max_rate: float = float("inf")  # the flow's own ceiling (e.g. an all-reduce's bus bandwidth)
     rate: float = 0.0
     ttf: float = field(default=float("inf"))  # time to finish at the current rate
 
@@ -82,25 +83,35 @@ class Fabric:
         return len(self._flows)
 
     def transfer(self, ports: Sequence[Port], nbytes: float, latency: float = 0.0,
-                 label: str = "") -> simpy.Process:
+                 label: str = "", max_rate: float = float("inf")) -> simpy.Process:
         """Move ``nbytes`` through all ``ports`` at once after ``latency``; returns the process.
 
-        Zero bytes (or no ports) completes after the latency alone.
+        Zero bytes (or no ports) completes after the latency alone; ``max_rate`` (bytes/s)
+        caps this flow below its ports' fair share.
         """
+        return self.env.process(self.move(ports, nbytes, latency, label, max_rate))
+
+    def move(self, ports: Sequence[Port], nbytes: float, latency: float = 0.0,
+             label: str = "", max_rate: float = float("inf")):
+        """The same transfer as a generator, for ``yield from`` inside a process that waits for
+        it anyway (two SimPy events fewer than :meth:`transfer`)."""
         if nbytes < 0:
             raise ValueError(f"transfer {label!r}: nbytes must be >= 0, got {nbytes!r}")
         if latency < 0:
             raise ValueError(f"transfer {label!r}: latency must be >= 0, got {latency!r}")
+        if not max_rate > 0:
+            raise ValueError(f"transfer {label!r}: max_rate must be > 0, got {max_rate!r}")
         unique = tuple(dict.fromkeys(ports))  # a port listed twice is still one port
-        return self.env.process(self._run(unique, float(nbytes), float(latency), label))
+        return self._run(unique, float(nbytes), float(latency), label, float(max_rate))
 
-    def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str):
+    def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str,
+             max_rate: float = float("inf")):
         if latency > 0:
             yield self.env.timeout(latency)
         if nbytes <= 0 or not ports:
             return
         self._advance()
-        flow = _Flow(ports, nbytes, nbytes, label, self.env.now, self.env.event())
+        flow = _Flow(ports, nbytes, nbytes, label, self.env.now, self.env.event(), max_rate)
         self._flows.append(flow)
         for p in ports:
             p.active += 1
@@ -126,7 +137,11 @@ class Fabric:
                 rec.add_busy(p.track, elapsed)
 
     def _assign_rates(self) -> None:
-        """Max-min fair rates by progressive filling over the active flows."""
+        """Max-min fair rates by progressive filling over the active flows.
+
+        All unfrozen rates rise together; the first limit reached freezes its flows: a port's
+        fair share of what is left, or a flow's own ``max_rate`` if that comes first.
+        """
         cap = {p: p.bandwidth for f in self._flows for p in f.ports}
         count = {p: 0 for p in cap}
         for f in self._flows:
@@ -136,16 +151,18 @@ class Fabric:
         while unfrozen:
             bottleneck = min((p for p in cap if count[p] > 0), key=lambda p: cap[p] / count[p])
             share = max(cap[bottleneck], 0.0) / count[bottleneck]
-            still = []
-            for f in unfrozen:
-                if bottleneck not in f.ports:
-                    still.append(f)
-                    continue
+            ceiling = min(f.max_rate for f in unfrozen)
+            if ceiling < share:
+                frozen = [f for f in unfrozen if f.max_rate == ceiling]
+                share = ceiling
+            else:
+                frozen = [f for f in unfrozen if bottleneck in f.ports]
+            for f in frozen:
                 f.rate = share
                 for p in f.ports:
                     cap[p] -= share
                     count[p] -= 1
-            unfrozen = still
+            unfrozen = [f for f in unfrozen if f not in frozen]
 
     def _reschedule(self) -> None:
         """Recompute rates and arm one wake-up for the next completion; older ones go stale."""

@@ -1,8 +1,11 @@
-"""GPUs wired into nodes: which ports a copy crosses, and with what latency.
+"""GPUs wired into nodes: the one owner of every route, which ports a copy crosses and its latency.
 
 Every link is full duplex: each GPU has separate tx and rx ports on its GPU link (NVLink
-through an NVSwitch), on its host link (PCIe), and each node has a tx and an rx port on
-its NIC. Contention therefore happens at endpoints, never inside a switch.
+through an NVSwitch), on its host link (PCIe), each node has a tx and an rx port on its NIC,
+and the API server has a tx port towards the clients. Contention therefore happens at
+endpoints, never inside a switch. Every pipeline builds its Topology once with
+:meth:`Topology.from_hardware`, so a catalog link becomes per-direction port bandwidth by one
+rule (:meth:`LinkParams.from_spec`: nominal bandwidth x achievable fraction).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class LinkParams:
     bandwidth: float
     latency: float
     name: str = ""
+    allreduce_bandwidth: float | None = None  # bus bandwidth an all-reduce reaches (None: ``bandwidth``)
 
     def __post_init__(self):
         if not self.bandwidth > 0:
@@ -29,16 +33,30 @@ class LinkParams:
         if not self.latency >= 0:
             raise ValueError(f"link {self.name!r}: latency must be >= 0 s, got {self.latency!r}")
 
+    @classmethod
+    def from_spec(cls, spec) -> "LinkParams":
+        """The one conversion from a catalog :class:`~simulator.config.models.LinkSpec`: a port
+        runs at the nominal bandwidth x the achievable fraction (``effective_bandwidth``), and an
+        all-reduce at the measured NCCL bus bandwidth where the catalog has one."""
+        return cls(spec.effective_bandwidth, spec.latency, spec.name, spec.allreduce_bandwidth)
+
+    @property
+    def collective_bandwidth(self) -> float:
+        """Bandwidth an all-reduce's bytes move at on an idle link."""
+        return self.allreduce_bandwidth or self.bandwidth
+
 
 def as_link_params(link, name: str = "") -> LinkParams | None:
-    """Normalize ``None``, a ``(bandwidth, latency)`` tuple or any object with
-    ``.bandwidth`` and ``.latency`` into a validated :class:`LinkParams`."""
+    """Normalize ``None``, a :class:`LinkParams`, a ``(bandwidth, latency)`` tuple of port
+    figures, or a catalog LinkSpec (converted by :meth:`LinkParams.from_spec`)."""
     if link is None or isinstance(link, LinkParams):
         return link
     if isinstance(link, tuple):
         return LinkParams(float(link[0]), float(link[1]), name)
-    return LinkParams(float(link.bandwidth), float(link.latency),
-                      getattr(link, "name", "") or name)
+    if hasattr(link, "achievable"):
+        return LinkParams.from_spec(link)
+    raise TypeError(f"{name or 'link'}: expected None, LinkParams, (bandwidth, latency) or a "
+                    f"LinkSpec, got {type(link).__name__}")
 
 
 class Topology:
@@ -54,11 +72,11 @@ class Topology:
       aggregate NIC bandwidth per direction), with the ``node_link`` latency.
 
     D2H uses the GPU's PCIe tx port, H2D its PCIe rx port; the host side is not modelled
-    as a bottleneck.
+    as a bottleneck. Responses leave the API server on its ``client_link`` tx port.
     """
 
     def __init__(self, env: simpy.Environment, n_gpus: int, gpus_per_node: int,
-                 gpu_link=None, host_link=None, node_link=None, recorder=None):
+                 gpu_link=None, host_link=None, node_link=None, recorder=None, client_link=None):
         if n_gpus < 1:
             raise ValueError(f"n_gpus must be >= 1, got {n_gpus!r}")
         if gpus_per_node < 1:
@@ -70,10 +88,29 @@ class Topology:
         self.gpu_link = as_link_params(gpu_link, "gpu_link")
         self.host_link = as_link_params(host_link, "host_link")
         self.node_link = as_link_params(node_link, "node_link")
-        if self.n_nodes > 1 and self.node_link is None:
-            raise ValueError(f"{n_gpus} GPUs at {gpus_per_node} per node span "
-                             f"{self.n_nodes} nodes, but node_link is None")
+        self.client_link = as_link_params(client_link, "client_link")
         self.fabric = Fabric(env, recorder)
+
+    @classmethod
+    def from_hardware(cls, env: simpy.Environment, hardware, n_gpus: int,
+                      recorder=None) -> "Topology":
+        """The topology of ``n_gpus`` GPUs of a scenario's validated ``hardware`` section."""
+        return cls(env, n_gpus, hardware.gpus_per_node, hardware.gpu_link, hardware.host_link,
+                   hardware.node_link, recorder, hardware.client_link)
+
+    @property
+    def peer_link(self) -> LinkParams:
+        """The link a GPU-to-GPU copy inside a node crosses: NVLink, else PCIe."""
+        link = self.gpu_link or self.host_link
+        if link is None:
+            raise ValueError("this topology has neither a gpu_link nor a host_link")
+        return link
+
+    def client_port(self) -> Port:
+        """The API server's tx port towards the clients."""
+        if self.client_link is None:
+            raise ValueError("this topology has no client_link")
+        return self.fabric.port("client.tx", self.client_link.bandwidth)
 
     def node_of(self, gpu: int) -> int:
         """Index of the node holding ``gpu``."""
@@ -100,6 +137,9 @@ class Topology:
             return [], 0.0
         if src_node != dst_node:
             link = self.node_link
+            if link is None:
+                raise ValueError(f"GPUs {src_gpu} and {dst_gpu} are on nodes {src_node} and "
+                                 f"{dst_node} of {self.n_nodes}, but node_link is None")
             return [self._port(f"node{src_node}", "nic", "tx", link),
                     self._port(f"node{dst_node}", "nic", "rx", link)], link.latency
         if self.gpu_link is not None:
@@ -110,19 +150,35 @@ class Topology:
         return [self._port(f"gpu{src_gpu}", "pcie", "tx", link),
                 self._port(f"gpu{dst_gpu}", "pcie", "rx", link)], link.latency
 
+    def group_route(self, gpus) -> tuple[list[Port], float]:
+        """Ports a ring collective over ``gpus`` keeps busy, and its slowest hop's latency: each
+        GPU's copy to the next one in the ring (peer link inside a node, NICs between nodes)."""
+        gpus = list(gpus)
+        ports, latency = [], 0.0
+        if len(gpus) < 2:
+            return ports, latency
+        for i, g in enumerate(gpus):
+            route, lat = self.path(g, gpus[(i + 1) % len(gpus)])
+            ports += route
+            latency = max(latency, lat)
+        return list(dict.fromkeys(ports)), latency
+
     def send(self, src: int, dst: int, nbytes: float, label: str = "") -> simpy.Process:
         """Copy ``nbytes`` from GPU ``src`` to GPU ``dst``; a copy to itself is free."""
         ports, latency = self.path(src, dst)
         return self.fabric.transfer(ports, nbytes, latency, label)
 
+    def host_route(self, gpu: int, direction: str = "tx") -> tuple[list[Port], float]:
+        """The port of a D2H (``"tx"``) or H2D (``"rx"``) copy of ``gpu``, and its latency."""
+        link = self._host(gpu)
+        return [self._port(f"gpu{gpu}", "pcie", direction, link)], link.latency
+
     def d2h(self, gpu: int, nbytes: float, label: str = "") -> simpy.Process:
         """Copy ``nbytes`` from ``gpu`` to host memory over its PCIe tx port."""
-        link = self._host(gpu)
-        return self.fabric.transfer([self._port(f"gpu{gpu}", "pcie", "tx", link)],
-                                    nbytes, link.latency, label)
+        ports, latency = self.host_route(gpu, "tx")
+        return self.fabric.transfer(ports, nbytes, latency, label)
 
     def h2d(self, gpu: int, nbytes: float, label: str = "") -> simpy.Process:
         """Copy ``nbytes`` from host memory to ``gpu`` over its PCIe rx port."""
-        link = self._host(gpu)
-        return self.fabric.transfer([self._port(f"gpu{gpu}", "pcie", "rx", link)],
-                                    nbytes, link.latency, label)
+        ports, latency = self.host_route(gpu, "rx")
+        return self.fabric.transfer(ports, nbytes, latency, label)

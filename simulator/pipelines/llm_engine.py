@@ -1,9 +1,11 @@
 """One LLM engine replica: continuous-batching scheduler, KV-cache blocks, GPU steps, output processing.
 
-The engine is one SimPy process that wakes once per step. Everything the engine owns (its
-CPU process, its GPUs, its D2H port) is a virtual clock, so a step's schedule, GPU, D2H
-and output timestamps are computed when it is launched; per-request work inside a step is
-numpy over the batch. ``overlap: sync`` processes step n's outputs before scheduling n+1;
+The engine is one SimPy process that wakes once per step; each launched step's GPU work is a
+second process. The engine's CPU processes are virtual clocks (a step's schedule and launch
+times are known when it is launched); the GPU computes for the cost model's time, then the
+step's communication (TP all-reduces, PP sends) and the D2H copy of the sampled ids cross the
+shared Fabric of the Topology, so they contend with other traffic on the same ports and show
+on the ports' trace tracks. Per-request work inside a step is numpy over the batch. ``overlap: sync`` processes step n's outputs before scheduling n+1;
 ``async`` schedules and launches n+1 first (one step of lag: a request that finished in
 step n still occupies a slot in n+1, as in real overlap schedulers).
 """
@@ -11,27 +13,55 @@ step n still occupies a slot in n+1, as in real overlap schedulers).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import simpy
 
-from ..hardware.cpu import CPUProcess, SerialChannel
+from ..hardware.cpu import CPUProcess
 from ..observe.columns import Columns
 from ..observe.llm_metrics import PREFILL_ONLY
+from .llm_links import ReplicaLinks
+from .llm_settings import EngineSettings
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass
 class Step:
-    """A launched engine step: who is in it and when each of its stages ends."""
+    """A launched engine step: who is in it, and (once its GPU process has run them) when its
+    GPU work started and ended and when its sampled ids reached the host."""
 
     index: int
     decode: np.ndarray
     completes: np.ndarray
     only_prefill: np.ndarray
-    g1: float
-    d1: float
+    label: str
+    kv_used: int
+    gpu_done: simpy.Event
+    done: simpy.Event
+    g0: float | None = None
+    g1: float | None = None
+    d1: float | None = None
+
+
+@dataclass
+class Replica:
+    """What one engine replica runs on: its CPU processes, its GPUs' trace tracks and its routes."""
+
+    proc: CPUProcess
+    detok_proc: CPUProcess | None
+    links: ReplicaLinks
+    gpu_tracks: list[str]
+
+
+@dataclass
+class Records:
+    """The run's shared column stores: one row per step, one row per emitted token."""
+
+    steps: Columns
+    rows: Columns
+    recorder: object = field(repr=False, default=None)
 
 
 class RequestTable:
@@ -61,29 +91,26 @@ class RequestTable:
 class Engine:
     """A replica's engine loop. ``sink`` receives each step's tokens for detokenization and streaming."""
 
-    def __init__(self, env, index: int, scenario, table: RequestTable, cost, kv_blocks: int,
-                 engine_proc: CPUProcess, detok_proc: CPUProcess | None, d2h: SerialChannel,
-                 gpu_tracks: list[str], sink, steps, rows, recorder):
+    def __init__(self, env, index: int, settings: EngineSettings, table: RequestTable, cost,
+                 kv_blocks: int, replica: Replica, sink, records: Records):
         self.env = env
         self.index = index
-        self.sv = scenario.serving
-        self.cpu = scenario.hardware.cpu
-        self.cuda_graphs = scenario.hardware.cuda_graphs
-        self.host = scenario.hardware.host_link
+        self.sv = settings
+        self.cpu = settings.cpu
         self.table = table
         self.cost = cost
         self.kv_total = kv_blocks
         self.kv_free = kv_blocks
         self.kv_peak = 0
         self.kv_sum = 0.0
-        self.proc = engine_proc
-        self.detok_proc = detok_proc
-        self.d2h = d2h
-        self.gpu_tracks = gpu_tracks
+        self.proc = replica.proc
+        self.detok_proc = replica.detok_proc
+        self.links = replica.links
+        self.gpu_tracks = replica.gpu_tracks
         self.sink = sink
-        self.steps = steps
-        self.rows = rows
-        self.recorder = recorder
+        self.steps = records.steps
+        self.rows = records.rows
+        recorder = self.recorder = records.recorder
         # Per-step KV blocks in use, for the trace's counter tracks (only when spans are recorded).
         self.kv_steps = Columns({"step": "i8", "kv": "i8"}) if recorder.enabled else None
         self.waiting: deque[int] = deque()
@@ -93,7 +120,8 @@ class Engine:
         self.outstanding = 0
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
-        self.launch_cost = cost.gpu.launch_time(cost.kernels_per_step(), self.cuda_graphs)
+        self.launch_cost = cost.gpu.launch_time(cost.kernels_per_step(), settings.cuda_graphs)
+        self._last: Step | None = None  # the latest launched step (its GPU may still run)
         self._wake = None
         env.process(self._loop())
 
@@ -211,30 +239,58 @@ class Engine:
             (completes if p + n >= t.target[rid] else partial).append(rid)
         sampled = len(decode) + len(completes)
         step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (), sampled)
-        g0 = max(a1, self.gpu_free)
-        g1 = max(g0 + step_cost.total, launched)
-        self.gpu_free = g1
-        self.gpu_busy += g1 - g0
         t.computed[decode] = comp + 1
         for rid, p, n in chunks:
             t.computed[rid] = p + n
         if completes:
             done = set(completes)
             self.prefilling = [r for r in self.prefilling if r not in done]
-        _, d1 = self.d2h.submit(g1, self.host.latency + 8 * sampled / self.host.effective_bandwidth, "d2h", "d2h")
-        index = self.steps.append(a0=a0, a1=a1, g0=g0, g1=g1, comm=step_cost.comm,
-                                  d1=d1, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
-        if self.recorder.enabled:
-            label = f"step {index} ({len(decode)}d+{new_tokens}p)"
-            for track in self.gpu_tracks:
-                self.recorder.add_span_only(track, label, g0, g1, "prefill" if chunks else "decode")
+        nan = float("nan")
+        index = self.steps.append(a0=a0, a1=a1, g0=nan, g1=nan, comm=nan, d1=nan, batch=batch,
+                                  decode=len(decode), prefill_tokens=new_tokens)
         used = self.kv_total - self.kv_free
-        if self.kv_steps is not None:
-            self.kv_steps.append(step=index, kv=used)
         self.kv_peak = max(self.kv_peak, used)
-        self.kv_sum += used * (g1 - g0)
-        return Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
-                    np.array(partial, dtype=np.int64) if partial else _EMPTY, g1, d1)
+        step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
+                    np.array(partial, dtype=np.int64) if partial else _EMPTY,
+                    f"step {index} ({len(decode)}d+{new_tokens}p)", used, env.event(), env.event())
+        prev, self._last = self._last, step
+        env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
+                                  len(decode) + new_tokens, sampled, "prefill" if chunks else "decode"))
+        return step
+
+    def _run_gpu(self, step: Step, prev: Step | None, a1: float, launched: float, compute: float,
+                 tokens: int, sampled: int, category: str):
+        """The step on the GPUs: after the previous step and the scheduling, compute, then the
+        step's communication on the Fabric; it ends no earlier than its last kernel launch; then
+        the sampled ids are copied to the host."""
+        env = self.env
+        if prev is not None and prev.g1 is None:  # async overlap: the GPU still runs step n-1
+            yield prev.gpu_done
+        g0 = max(a1, self.gpu_free)
+        g1 = g0 + compute
+        yield env.timeout(g1 - env.now)
+        comm = 0.0
+        if self.links.has_comm:
+            yield from self.links.step_comm(tokens, step.label)
+            comm, g1 = env.now - g1, env.now
+        g1 = max(g1, launched)
+        if g1 > env.now:
+            yield env.timeout(g1 - env.now)
+        step.g0, step.g1 = g0, g1
+        self.gpu_free = g1
+        self.gpu_busy += g1 - g0
+        self.kv_sum += step.kv_used * (g1 - g0)
+        step.gpu_done.succeed()
+        if self.recorder.enabled:
+            for track in self.gpu_tracks:
+                self.recorder.add_span_only(track, step.label, g0, g1, category)
+        if self.kv_steps is not None:
+            self.kv_steps.append(step=step.index, kv=step.kv_used)
+        yield from self.links.d2h(sampled, "d2h")
+        step.d1 = env.now
+        for key, value in (("g0", g0), ("g1", g1), ("comm", comm), ("d1", step.d1)):
+            self.steps.column(key)[step.index] = value
+        step.done.succeed()
 
     def _process(self, step: Step):
         """Turn a finished step into tokens: who emitted, who sends a chunk, who finished.
@@ -282,15 +338,18 @@ class Engine:
     def _finish_step(self, step: Step):
         """Output processing after the step's D2H: detokenize where the scenario says, then stream.
 
-        The engine's own CPU and the detokenizer are used by this engine alone, so their work
-        is booked at the D2H end without waking up there; API servers are shared, so handing
-        work to them happens at the right simulated time.
+        Waits for the step's sampled ids to reach the host; the engine's own CPU and the
+        detokenizer are used by this engine alone, so their work is booked there and then.
         """
         env = self.env
+        # The scheduler's view of who finished is updated when the step is handed over (as
+        # engines do with their output queues), before its results reach the host.
+        emit, send, prefill_flag, done = self._process(step)
+        if not step.done.triggered:
+            yield step.done
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
-        emit, send, prefill_flag, done = self._process(step)
         placement = self.sv.detokenizer
         if placement == "engine":
             end = step.d1
@@ -305,8 +364,6 @@ class Engine:
             _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
             env.timeout(e - env.now).callbacks.append(
                 lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, done, e))
-        if step.d1 > env.now:
-            yield env.timeout(step.d1 - env.now)
         if placement == "api_server" and len(emit):
             self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done, env.now)
 

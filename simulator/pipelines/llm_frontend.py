@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware.cpu import CPUProcess
+from ..hardware.topology import LinkParams
 from ..observe.llm_metrics import BUFFERED, SENT
 from .llm_engine import RequestTable
+from .llm_settings import FrontendSettings
 
 
 class Frontend:
@@ -14,14 +16,16 @@ class Frontend:
 
     Every submission happens at the current simulated time, so each API server is a FIFO
     virtual clock; a chunk's receipt time is its serialization end plus the client link's
-    latency and transfer time.
+    latency and transfer time (a closed form per chunk, on the Topology's client link: a
+    Fabric transfer per chunk would cost events per token).
     """
 
-    def __init__(self, env, scenario, table: RequestTable, servers: list[CPUProcess], rows, on_finish):
+    def __init__(self, env, settings: FrontendSettings, client: LinkParams, table: RequestTable,
+                 servers: list[CPUProcess], rows, on_finish):
         self.env = env
-        self.sv = scenario.serving
-        self.cpu = scenario.hardware.cpu
-        self.client = scenario.hardware.client_link
+        self.sv = settings
+        self.cpu = settings.cpu
+        self.client = client
         self.table = table
         self.servers = servers
         self.rows = rows
@@ -63,7 +67,7 @@ class Frontend:
         gen = t.generated[sent_ids]
         before = t.sent[sent_ids]
         ntok = gen - before
-        bw = client.effective_bandwidth
+        bw = client.bandwidth
         received = done_send + (client.latency + sv.response_header_bytes / bw) + ntok * (sv.chunk_bytes_per_token / bw)
         if send is None:
             R, kind, tokens = received, SENT, ntok

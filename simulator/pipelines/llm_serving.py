@@ -8,8 +8,9 @@ import numpy as np
 import simpy
 
 from ..errors import ConfigError
-from ..hardware.cpu import CorePool, CPUProcess, SerialChannel
+from ..hardware.cpu import CorePool, CPUProcess
 from ..hardware.gpu import GPU
+from ..hardware.topology import LinkParams, Topology
 from ..observe.columns import Columns
 from ..observe.llm_metrics import build_result
 from ..observe.spans import SpanRecorder
@@ -18,8 +19,10 @@ from ..workloads.llm import LLMCostModel, LLMShape
 from ..config.models import upper_tokens
 from ..workloads.arrivals import make_requests
 from .health import assess, overload_warning, was_cut
-from .llm_engine import Engine, RequestTable
+from .llm_engine import Engine, Records, Replica, RequestTable
 from .llm_frontend import Frontend
+from .llm_links import ReplicaLinks
+from .llm_settings import EngineSettings, FrontendSettings
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
@@ -88,11 +91,11 @@ def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: i
 
 
 def build_cost(scenario) -> LLMCostModel:
-    """The step-cost model of one replica."""
+    """The step-cost model of one replica (its closed-form communication on the GPUs' peer link)."""
     hw, p = scenario.hardware, scenario.parallel
-    link = hw.gpu_link or hw.host_link
+    link = LinkParams.from_spec(hw.gpu_link or hw.host_link)
     return LLMCostModel(LLMShape.from_spec(scenario.model), GPU.from_spec(hw.gpu), scenario.dtype,
-                        p.tp, p.pp, link.effective_bandwidth, link.latency, link.allreduce_bandwidth)
+                        p.tp, p.pp, link.bandwidth, link.latency, link.collective_bandwidth)
 
 
 def simulate(scenario):
@@ -112,10 +115,11 @@ def simulate(scenario):
     env = simpy.Environment()
     hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel
     recorder = SpanRecorder(enabled=scenario.record_spans)
+    topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
     pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    steps = Columns(STEP_COLUMNS)
-    rows = Columns(ROW_COLUMNS, capacity=max(1024, int(specs.output.sum()) + len(specs)))
+    records = Records(Columns(STEP_COLUMNS),
+                      Columns(ROW_COLUMNS, capacity=max(1024, int(specs.output.sum()) + len(specs))), recorder)
     servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
     closed = scenario.workload.arrival == "closed"
     next_rid = [0]
@@ -126,22 +130,17 @@ def simulate(scenario):
             next_rid[0] += 1
             env.timeout(receipt - env.now).callbacks.append(lambda _ev: _arrive(nxt))
 
-    frontend = Frontend(env, scenario, table, servers, rows, on_finish)
+    frontend = Frontend(env, FrontendSettings.from_scenario(scenario), topo.client_link, table, servers,
+                        records.rows, on_finish)
 
     def _arrive(rid: int) -> None:
         table.arrival[rid] = env.now
         frontend.arrive(rid)
 
-    gpus_per_replica = p.tp * p.pp
+    settings = EngineSettings.from_scenario(scenario)
     for k in range(p.replicas):
-        first = k * gpus_per_replica
-        tracks = [f"gpu{first + i}" for i in range(gpus_per_replica)]
-        engine_proc = CPUProcess(f"engine{k}", pool, recorder)
-        detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
-        last_stage = first + gpus_per_replica - (p.tp if p.pp > 1 else gpus_per_replica)
-        d2h = SerialChannel(f"link:gpu{last_stage}.pcie.tx", recorder)
-        frontend.engines.append(Engine(env, k, scenario, table, cost, kv_blocks, engine_proc, detok, d2h,
-                                       tracks, frontend, steps, rows, recorder))
+        replica = _replica(k, scenario, topo, pool, cost, recorder)
+        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
 
     def open_loop():
         for rid in range(table.n):
@@ -158,9 +157,22 @@ def simulate(scenario):
     else:
         env.process(open_loop())
     env.run(until=scenario.max_sim_time)
-    result = build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, env.now)
+    result = build_result(scenario, table, records.steps, records.rows, recorder, frontend, memory, kv_blocks,
+                          env.now)
     _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
     return result
+
+
+def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostModel, recorder) -> Replica:
+    """Replica ``k``'s CPU processes and its GPUs (tp x pp, stage by stage) on the topology."""
+    p, sv = scenario.parallel, scenario.serving
+    first = k * p.tp * p.pp
+    stages = [[first + s * p.tp + i for i in range(p.tp)] for s in range(p.pp)]
+    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes)
+    engine = CPUProcess(f"engine{k}", pool, recorder)
+    detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
+    return Replica(engine, detok, links,
+                   [f"gpu{first + i}" for i in range(p.tp * p.pp)])
 
 
 def _assess(summary: dict, scenario, table: RequestTable, cut: bool) -> None:

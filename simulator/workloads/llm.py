@@ -208,6 +208,11 @@ class LLMCostModel:
             cached = self._comm_cache[tokens] = self._comm_time(tokens)
         return cached
 
+    def activation_bytes(self, tokens: int) -> float:
+        """Bytes of one hidden-state tensor of ``tokens`` tokens: what a TP all-reduce reduces
+        and a PP stage sends on."""
+        return tokens * self.shape.hidden * self.b
+
     def _comm_time(self, tokens: int) -> float:
         t = 0.0
         if self.tp > 1:

@@ -1,0 +1,57 @@
+"""One LLM replica's traffic on the shared Topology: per-step TP all-reduces and PP sends, and the
+D2H copy of the sampled token ids. One Fabric transfer per stage and per stage boundary per step
+(not per layer), timed on an idle fabric exactly as the closed forms the cost model uses."""
+
+from __future__ import annotations
+
+from ..hardware.collectives import allreduce_split
+from ..hardware.topology import Topology
+
+SAMPLED_ID_BYTES = 8
+"""Bytes per sampled token id copied to the host: int64, the dtype torch.argmax/topk return and
+vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampled.long()``).
+(Newer vLLM V1 narrows the returned ids to int32 before the copy: 4 bytes would model it.)"""
+
+ALLREDUCES_PER_LAYER = 2
+"""Megatron-LM tensor parallelism: one all-reduce after attention's output projection and one
+after the MLP's down projection (Shoeybi et al. 2019, Sec. 3)."""
+
+
+class ReplicaLinks:
+    """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
+
+    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes):
+        self.fabric = topo.fabric
+        self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
+        pp = len(stages)
+        self.tp = len(stages[0])
+        self.layers = [layers // pp + (s < layers % pp) for s in range(pp)]
+        self.groups = [topo.group_route(g) for g in stages] if self.tp > 1 else []
+        self.cap = topo.peer_link.collective_bandwidth
+        self.sends = [topo.path(stages[s][0], stages[s + 1][0]) for s in range(pp - 1)]
+        self.d2h_gpu = stages[-1][0]
+        self.d2h_route = topo.host_route(self.d2h_gpu, "tx")
+
+    @property
+    def has_comm(self) -> bool:
+        return bool(self.groups or self.sends)
+
+    def step_comm(self, tokens: int, label: str):
+        """The step's communication, stage by stage: the stage's all-reduces as one transfer
+        (bytes and latencies of 2 per layer), then its activations to the next stage."""
+        nbytes = self.activation_bytes(tokens)
+        hops, wire = allreduce_split(nbytes, self.tp)
+        for s in range(len(self.layers)):
+            if self.groups:
+                ports, lat = self.groups[s]
+                k = ALLREDUCES_PER_LAYER * self.layers[s]
+                yield from self.fabric.move(ports, k * wire, k * hops * lat, f"{label} all-reduce",
+                                            max_rate=self.cap)
+            if s < len(self.sends):
+                ports, lat = self.sends[s]
+                yield from self.fabric.move(ports, nbytes, lat, f"{label} pp send")
+
+    def d2h(self, sampled: int, label: str):
+        """Copy the step's ``sampled`` token ids from the last stage's GPU to the host."""
+        ports, lat = self.d2h_route
+        yield from self.fabric.move(ports, SAMPLED_ID_BYTES * sampled, lat, label)
