@@ -115,8 +115,8 @@ def _fmt_concurrency(c) -> str:
     return "does not reach it in the swept range" if c is None else f"reaches it at concurrency {c}"
 
 
-def write_figures(data: dict, out: Path, scale: Scale) -> dict:
-    """Draw and save the report's figures; returns the sentences that go under each figure."""
+def _last_mile_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """The headline: last-mile share of ITL against concurrency, per detokenizer placement."""
     text = {}
     pl = data["placements"]
     fig = plots.last_mile_vs_concurrency(pl, f"Where the last mile bites: {LLM_DESC}", hue="setup")
@@ -131,7 +131,12 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"{_fmt_concurrency(cross.get(eng_slow))}, peaking at {100 * peak['itl_last_mile_share']:.1f}% "
         f"({peak['setup']}, concurrency {peak['concurrency']}). Moving detokenization out of the engine keeps the "
         f"share below {100 * pl[~pl['setup'].str.startswith('engine')]['itl_last_mile_share'].max():.1f}% everywhere.")
+    return text
 
+
+def _remedies_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """What each last-mile remedy buys, as a latency breakdown per setup."""
+    text = {}
     rem = data["remedies"]
     c = scale.remedy_concurrency
     fig = plots.breakdown_bars(rem, "setup", f"Latency breakdown per remedy at concurrency {c} "
@@ -145,7 +150,12 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"{base['tpot_ms.mean']:.1f} ms; the best remedy, {best['setup']}, brings TPOT to "
         f"{best['tpot_ms.mean']:.1f} ms ({100 * (1 - best['tpot_ms.mean'] / base['tpot_ms.mean']):.0f}% less) "
         f"and the last-mile share to {100 * best['last_mile_share']:.1f}%.")
+    return text
 
+
+def _llm_run_figures(data: dict, out: Path, scale: Scale) -> dict:
+    """Latency CDFs of three setups, and a timeline of a few steps of the first."""
+    text = {}
     cdf_runs = {label: run(None, {**E.CLOSED_LOOP, **over, **slow_cpu(), "workload.concurrency": 64,
                                   "workload.requests": 128, "record_spans": label == "engine, sync"})
                 for label, over in (("engine, sync", {}), ("separate detokenizer", E.REMEDIES["separate detokenizer"]),
@@ -170,7 +180,12 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"schedule on the engine's CPU before the GPU can start again. Over the run the GPU is busy "
         f"{100 * util.get('gpu0', 0):.0f}% of the time and the engine process "
         f"{100 * util.get('cpu:engine0', 0):.0f}%.")
+    return text
 
+
+def _dit_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """Image latency against GPU count per DiT strategy, NVLink vs PCIe."""
+    text = {}
     dit = data["dit"]
     fig = plots.latency_vs_gpus(dit, f"PixArt-alpha 1024x1024, {scale.dit_steps} steps: image latency vs GPUs "
                                 "per strategy")
@@ -182,7 +197,12 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"{int(top['gpus'].iloc[0])} GPUs the fastest is " + "; ".join(
             f"{r.strategy} on {r.link} ({r['latency_s.p50']:.3f} s, {r.speedup:.1f}x over one GPU, "
             f"{100 * r['breakdown_share.comm']:.0f}% communication)" for _, r in top.iterrows()) + ".")
+    return text
 
+
+def _pipefusion_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """PipeFusion's patches moving through its stages."""
+    text = {}
     pf = run(scenarios_dir() / "dit" / "pixart-1024-a100-nvlink-single.yaml",
              {"parallel.pipefusion": 4, "parallel.patches": 4, "workload.requests": 1, "steps": 4})
     fig = plots.dit_pipeline(pf, "PipeFusion on 4x A100 NVLink, PixArt-alpha 1024x1024: 4 patches through 4 "
@@ -192,7 +212,12 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"Each box is one patch on one stage. The warmup step fills and drains the pipeline; afterwards the "
         f"patches stream back to back. Bubbles are {100 * pf.summary['breakdown_share']['bubble']:.1f}% of this "
         f"4-step request's latency.")
+    return text
 
+
+def _token_pipeline_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """Bubble fraction of the token-level pipeline, causal LLM vs DiT."""
+    text = {}
     tok = data["token"]
     fig = plots.lines(tok.assign(series=tok["workload"] + " · " + tok["slicing"]), "slices", "bubble_fraction",
                       "series", "Token-level pipeline, 32k tokens on 4 stages: bubble fraction vs slices",
@@ -204,6 +229,18 @@ def write_figures(data: dict, out: Path, scale: Scale) -> dict:
         f"Bubble fraction of the same 4-stage token pipeline on a causal LLM and on a DiT. At {k} slices: "
         + "; ".join(f"{w}: {100 * at[(w, 'uniform')]:.1f}% uniform, {100 * at[(w, 'balanced')]:.1f}% balanced"
                     for w in dict.fromkeys(tok["workload"])) + ".")
+    return text
+
+
+FIGURES = (_last_mile_figure, _remedies_figure, _llm_run_figures, _dit_figure, _pipefusion_figure, _token_pipeline_figure)
+"""Each draws its figure(s) into the report folder and returns the sentence under each."""
+
+
+def write_figures(data: dict, out: Path, scale: Scale) -> dict:
+    """Draw and save the report's figures; returns the sentences that go under each figure."""
+    text = {}
+    for figure in FIGURES:
+        text.update(figure(data, out, scale))
     return text
 
 
