@@ -26,6 +26,11 @@ from ...workloads import dit as W
 from .model import DiTModel
 from .strategies.cfg import CFGParallel
 
+RGB = 3
+"""Channels of the decoded image."""
+BASE64_INFLATION = 4.0 / 3.0
+"""Base64 encodes 3 bytes as 4 characters (RFC 4648)."""
+
 
 @dataclass
 class _Accounts:
@@ -71,11 +76,29 @@ class DiTSim:
             ops = W.vae_decode_ops(sc.height, sc.width, "bf16", 1, arch.vae)
             t = model.gpu.ops_time(ops)
             if sc.parallel.vae_parallel and lay.n_gpus > 1:
-                img = sc.height * sc.width * 3 * ab
+                img = sc.height * sc.width * RGB * ab
                 t = t / lay.n_gpus + allgather_time(img, lay.n_gpus, model.link.bandwidth,
                                                     model.link.latency)
             self.vae_time = t
         self.S = S
+        self.output = self._output()
+
+    def _output(self) -> tuple[float, float, float]:
+        """(bytes copied to the host, CPU seconds to encode, bytes delivered) of one image."""
+        sc, px = self.m.sc, self.m.sc.height * self.m.sc.width
+        if sc.delivery.format == "latent":
+            out_bytes = self.S * self.latent_token_bytes
+            d2h_bytes = out_bytes
+            enc = 0.0
+        else:
+            d2h_bytes = px * RGB * self.m.act_bytes  # decoded tensor copied before uint8 conversion
+            c = image_codecs().cost(sc.delivery.format, sc.delivery.compress_level)
+            enc = px * c.seconds_per_pixel
+            out_bytes = px * RGB * c.size_ratio
+        if sc.delivery.base64:
+            out_bytes *= BASE64_INFLATION
+        out_bytes += sc.delivery.response_header_bytes
+        return d2h_bytes, enc, out_bytes
 
     # -- denoising --
 
@@ -191,19 +214,7 @@ class DiTSim:
             yield env.timeout(self.vae_time)
         t_vae = env.now
         self.server.release(req)
-        px = sc.height * sc.width
-        if sc.delivery.format == "latent":
-            out_bytes = self.S * self.latent_token_bytes
-            d2h_bytes = out_bytes
-            enc = 0.0
-        else:
-            d2h_bytes = px * 3 * m.act_bytes  # decoded tensor copied before uint8 conversion
-            c = image_codecs().cost(sc.delivery.format, sc.delivery.compress_level)
-            enc = px * c.seconds_per_pixel
-            out_bytes = px * 3 * c.size_ratio
-        if sc.delivery.base64:
-            out_bytes *= 4.0 / 3.0
-        out_bytes += sc.delivery.response_header_bytes
+        d2h_bytes, enc, out_bytes = self.output
         yield self.topo.d2h(0, d2h_bytes, f"r{rid} d2h")
         t_d2h = env.now
         if enc > 0:
