@@ -220,6 +220,81 @@ def _measure(tok, seq: list[int], all_ids: list[int], prompts: dict[int, list[st
     return samples
 
 
+def _fit(tok, seq: list[int], prompts: dict, samples: dict) -> dict:
+    """Medians and straight-line fits of the timings: per-token and per-step detokenization, encoding."""
+    med = statistics.median
+    batch = {b: med(v) for b, v in samples["batch"].items()}
+    slope, intercept = (float(x) for x in np.polyfit(list(batch), list(batch.values()), 1))
+    b_max = max(batch)
+    enc_tokens = {c: sum(len(tok.encode(p).ids) for p in ps) / len(ps) for c, ps in prompts.items()}
+    enc_b, enc_a = (float(x) for x in np.polyfit(list(enc_tokens.values()),
+                                                    [med(v) for v in samples["encode"].values()], 1))
+    return {"batch": batch, "slope": slope, "intercept": intercept, "b_max": b_max,
+            "per_request_at_max": [v / b_max for v in samples["batch"][b_max]],
+            "enc_tokens": enc_tokens, "enc_a": enc_a, "enc_b": enc_b, "sse_chunk": med(samples["sse"]),
+            "step_median": _decode_stream_step_median_ns(tok, seq) * 1e-9}
+
+
+def _raw(fits: dict, samples: dict) -> dict:
+    """Every measured figure behind the profile, for the ``measured.raw`` record."""
+    med = statistics.median
+    batch, b_max = fits["batch"], fits["b_max"]
+    return {
+        "decode_stream_per_token": fmt_time(med(samples["stream"])),
+        "decode_stream_step_median": fmt_time(fits["step_median"]),
+        "prefix_read_offsets_per_token": fmt_time(med(samples["offsets"])),
+        "batch_step": {b: fmt_time(v) for b, v in batch.items()},
+        "batch_step_per_request": {b: fmt_time(v / b) for b, v in batch.items()},
+        "batch_fit_a": fmt_time(fits["intercept"]),
+        "batch_fit_b": fmt_time(fits["slope"]),
+        f"per_request_at_B{b_max}_p10_p90": [fmt_time(_percentile(fits["per_request_at_max"], q)) for q in (10, 90)],
+        "json_dumps_text_per_chunk": fmt_time(med(samples["json"])),
+        "openai_sse_per_chunk": fmt_time(fits["sse_chunk"]),
+        "encode_per_call": {round(fits["enc_tokens"][c]): fmt_time(med(v)) for c, v in samples["encode"].items()},
+        "encode_fit_a": fmt_time(fits["enc_a"]),
+        "encode_fit_b": fmt_time(fits["enc_b"]),
+    }
+
+
+def _profile(tk, tok, cfg: dict, fits: dict, samples: dict, run: dict) -> dict:
+    """The profile: the ``cpu:`` costs the simulator reads, and the ``measured:`` provenance."""
+    host = socket.gethostname()
+    vocab = tok.get_vocab_size()
+    processor = platform.processor() or platform.machine()
+    return {
+        "cpu": {
+            "name": f"measured-{host}",
+            "source": (f"simulator.calibrate.measure_cpu on {host} ({processor}), tokenizers {tk.__version__}, "
+                       f"byte-level BPE with {vocab} ids trained on the Python stdlib; "
+                       f"single-threaded medians of {cfg['reps']} interleaved repetitions"),
+            "tokenize_per_token": fmt_time(max(fits["enc_b"], 0.0)),
+            "detokenize_per_token": fmt_time(fits["slope"]),
+            "detokenize_step_fixed": fmt_time(max(fits["intercept"], 0.0)),
+            "stream_per_chunk": fmt_time(fits["sse_chunk"]),
+        },
+        "measured": {
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "hostname": host,
+            "processor": processor,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "tokenizers": tk.__version__,
+            "command": run["command"],
+            "quick": run["quick"],
+            "seed": run["seed"],
+            "vocab_size": vocab,
+            "corpus_chars": run["corpus_chars"],
+            "sequence_tokens": run["sequence_tokens"],
+            "stream_chunks": samples["deltas"],
+            "repetitions": cfg["reps"],
+            "steps_per_batch_timing": cfg["steps"],
+            "train_time": run["train_time"],
+            "runtime": run["runtime"],
+            "raw": _raw(fits, samples),
+        },
+    }
+
+
 def measure_cpu(out_path: str | None, quick: bool = False, seed: int = 0, command: str | None = None) -> dict:
     """Measure this machine's CPU last-mile costs; write the YAML profile to ``out_path`` (if given).
 
@@ -242,67 +317,12 @@ def measure_cpu(out_path: str | None, quick: bool = False, seed: int = 0, comman
     prompts = _prompts(sample)
 
     samples = _measure(tok, seq, all_ids, prompts, cfg)
-    med = statistics.median
-    batch = {b: med(v) for b, v in samples["batch"].items()}
-    slope, intercept = (float(x) for x in np.polyfit(list(batch), list(batch.values()), 1))
-    b_max = max(batch)
-    per_request_at_max = [v / b_max for v in samples["batch"][b_max]]
-    enc_tokens = {c: sum(len(tok.encode(p).ids) for p in ps) / len(ps) for c, ps in prompts.items()}
-    enc_b, enc_a = (float(x) for x in np.polyfit(list(enc_tokens.values()),
-                                                    [med(v) for v in samples["encode"].values()], 1))
-    sse_chunk = med(samples["sse"])
-    step_median = _decode_stream_step_median_ns(tok, seq) * 1e-9
+    fits = _fit(tok, seq, prompts, samples)
     runtime = time.perf_counter() - started
-
-    host = socket.gethostname()
-    vocab = tok.get_vocab_size()
-    processor = platform.processor() or platform.machine()
-    profile = {
-        "cpu": {
-            "name": f"measured-{host}",
-            "source": (f"simulator.calibrate.measure_cpu on {host} ({processor}), tokenizers {tk.__version__}, "
-                       f"byte-level BPE with {vocab} ids trained on the Python stdlib; "
-                       f"single-threaded medians of {cfg['reps']} interleaved repetitions"),
-            "tokenize_per_token": fmt_time(max(enc_b, 0.0)),
-            "detokenize_per_token": fmt_time(slope),
-            "detokenize_step_fixed": fmt_time(max(intercept, 0.0)),
-            "stream_per_chunk": fmt_time(sse_chunk),
-        },
-        "measured": {
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "hostname": host,
-            "processor": processor,
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "tokenizers": tk.__version__,
-            "command": command or " ".join(sys.argv),
-            "quick": quick,
-            "seed": seed,
-            "vocab_size": vocab,
-            "corpus_chars": sum(map(len, texts)),
-            "sequence_tokens": len(seq),
-            "stream_chunks": samples["deltas"],
-            "repetitions": cfg["reps"],
-            "steps_per_batch_timing": cfg["steps"],
-            "train_time": fmt_time(train_s),
-            "runtime": fmt_time(runtime),
-            "raw": {
-                "decode_stream_per_token": fmt_time(med(samples["stream"])),
-                "decode_stream_step_median": fmt_time(step_median),
-                "prefix_read_offsets_per_token": fmt_time(med(samples["offsets"])),
-                "batch_step": {b: fmt_time(v) for b, v in batch.items()},
-                "batch_step_per_request": {b: fmt_time(v / b) for b, v in batch.items()},
-                "batch_fit_a": fmt_time(intercept),
-                "batch_fit_b": fmt_time(slope),
-                f"per_request_at_B{b_max}_p10_p90": [fmt_time(_percentile(per_request_at_max, q)) for q in (10, 90)],
-                "json_dumps_text_per_chunk": fmt_time(med(samples["json"])),
-                "openai_sse_per_chunk": fmt_time(sse_chunk),
-                "encode_per_call": {round(enc_tokens[c]): fmt_time(med(v)) for c, v in samples["encode"].items()},
-                "encode_fit_a": fmt_time(enc_a),
-                "encode_fit_b": fmt_time(enc_b),
-            },
-        },
-    }
+    profile = _profile(tk, tok, cfg, fits, samples, {
+        "command": command or " ".join(sys.argv), "quick": quick, "seed": seed,
+        "corpus_chars": sum(map(len, texts)), "sequence_tokens": len(seq),
+        "train_time": fmt_time(train_s), "runtime": fmt_time(runtime)})
     if out_path is not None:
         Path(out_path).write_text(yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
     return profile
