@@ -260,16 +260,44 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
     return out
 
 
+def _jacobian(residual, x: np.ndarray, r: np.ndarray, params, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Forward differences of the residuals, stepping inward at a bound."""
+    J = np.zeros((len(r), len(params)))
+    for j, p in enumerate(params):
+        h = p.step(x[j])
+        xp = x.copy()
+        xp[j] = min(hi[j], x[j] + h)
+        if xp[j] == x[j]:
+            xp[j] = max(lo[j], x[j] - h)
+        rp, _ = residual(xp)
+        J[:, j] = (rp - r) / (xp[j] - x[j])
+    return J
+
+
+def _damped_step(J: np.ndarray, r: np.ndarray, lam: float, identifiable: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The Levenberg-Marquardt step on column-scaled identifiable parameters (zero for the others)."""
+    Js = J[:, identifiable] / scale[identifiable]
+    A = np.vstack([Js, math.sqrt(lam) * np.eye(Js.shape[1])])
+    b = np.concatenate([-r, np.zeros(Js.shape[1])])
+    ds, *_ = np.linalg.lstsq(A, b, rcond=None)
+    dx = np.zeros(J.shape[1])
+    dx[identifiable] = ds / scale[identifiable]
+    return dx
+
+
 def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", max_iter: int = 25,
         tol: float = 1e-6, params: tuple[Param, ...] | None = None,
         progress: Callable[[str], None] | None = None) -> FitResult:
-    """Bounded Levenberg-Marquardt on relative residuals; returns the fitted values and residuals."""
+    """Bounded Levenberg-Marquardt on relative residuals; returns the fitted values and residuals.
+
+    Written here because the project's dependencies hold no bounded least-squares solver (SciPy's
+    ``least_squares`` is the usual one); each residual evaluation is a batch of simulations.
+    """
     params = default_params(measurements) if params is None else params
     start = base_values(hardware, cpu)
     y = np.array([m.measured for m in measurements])
     x = np.array([start[p.name] for p in params], dtype=float)
-    lo = np.array([p.lower for p in params])
-    hi = np.array([p.upper for p in params])
+    lo, hi = np.array([p.lower for p in params]), np.array([p.upper for p in params])
     runs = 0
 
     def values_of(v):
@@ -282,40 +310,21 @@ def fit(measurements: list[Measurement], hardware: str, cpu: str = "reference", 
         return pred / y - 1.0, pred
 
     r, pred = residual(x)
-    cost = float(r @ r)
-    lam = 1e-3
+    cost, lam, history, it, rank = float(r @ r), 1e-3, [float(r @ r)], 0, None
     identifiable = np.ones(len(params), dtype=bool)
-    history = [cost]
-    it = 0
-    rank = None
     for it in range(1, max_iter + 1):
-        J = np.zeros((len(y), len(params)))
-        for j, p in enumerate(params):
-            h = p.step(x[j])
-            xp = x.copy()
-            xp[j] = min(hi[j], x[j] + h)
-            if xp[j] == x[j]:
-                xp[j] = max(lo[j], x[j] - h)
-            rp, _ = residual(xp)
-            J[:, j] = (rp - r) / (xp[j] - x[j])
+        J = _jacobian(residual, x, r, params, lo, hi)
         # Scale columns so fractions and microseconds are comparable; drop insensitive parameters.
         scale = np.linalg.norm(J, axis=0)
         identifiable = scale > 1e-9 * max(scale.max(), 1e-30)
         rank = _rank(J[:, identifiable] / scale[identifiable]) if identifiable.any() else 0
         improved = False
         for _ in range(8):
-            Js = J[:, identifiable] / scale[identifiable]
-            A = np.vstack([Js, math.sqrt(lam) * np.eye(Js.shape[1])])
-            b = np.concatenate([-r, np.zeros(Js.shape[1])])
-            ds, *_ = np.linalg.lstsq(A, b, rcond=None)
-            dx = np.zeros(len(params))
-            dx[identifiable] = ds / scale[identifiable]
-            xn = np.clip(x + dx, lo, hi)
+            xn = np.clip(x + _damped_step(J, r, lam, identifiable, scale), lo, hi)
             rn, pn = residual(xn)
             cn = float(rn @ rn)
             if cn < cost:
-                improved = True
-                rel = (cost - cn) / max(cost, 1e-30)
+                improved, rel = True, (cost - cn) / max(cost, 1e-30)
                 x, r, pred, cost = xn, rn, pn, cn
                 lam = max(lam / 10, 1e-9)
                 break
