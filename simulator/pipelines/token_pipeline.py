@@ -14,7 +14,7 @@ import simpy
 
 from ..config.dit_models import Kernels, TokenPipelineScenario, layer_split
 from ..hardware.gpu import GPU
-from ..hardware.topology import LinkParams, Topology
+from ..hardware.topology import Topology
 from ..observe.perfetto import trace_events
 from ..observe.result import Result, with_units
 from ..observe.spans import SpanRecorder
@@ -135,13 +135,7 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     env = simpy.Environment()
     rec = SpanRecorder(enabled=sc.record_spans)
-    hw = sc.hardware
-    link = hw.gpu_link or hw.host_link
-    lp = LinkParams(link.effective_bandwidth, link.latency, link.name)
-    topo = Topology(env, P, hw.gpus_per_node, lp if hw.gpu_link else None,
-                    LinkParams(hw.host_link.effective_bandwidth, hw.host_link.latency),
-                    None if hw.node_link is None else
-                    LinkParams(hw.node_link.effective_bandwidth, hw.node_link.latency), rec)
+    topo = Topology.from_hardware(env, sc.hardware, P, rec)
     ready = {(j, i): env.event() for j in range(P) for i in range(K)}
     busy = np.zeros(P)
     slice_times = np.zeros((P, K))

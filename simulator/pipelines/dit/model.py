@@ -44,8 +44,7 @@ class DiTModel:
     lay: Layout
     tokens: int
     stages: list
-    link: LinkParams
-    allreduce_bw: float
+    link: LinkParams        # the link a stage group's collectives cross (NVLink, else PCIe)
     _tasks: dict = field(default_factory=dict)
 
     @classmethod
@@ -55,10 +54,10 @@ class DiTModel:
         lay = Layout.build(sc.parallel, sc.steps)
         hw = sc.hardware
         spec = hw.gpu_link or hw.host_link
-        link = LinkParams(spec.effective_bandwidth, spec.latency, spec.name)
+        link = LinkParams.from_spec(spec)
         cost = DiTCost.from_kernels(gpu, arch.head_dim, sc.kernels, eager=not hw.cuda_graphs)
         return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width),
-                   layer_split(arch.num_layers, lay.pp), link, spec.allreduce_bandwidth)
+                   layer_split(arch.num_layers, lay.pp), link)
 
     @property
     def batch(self) -> int:
@@ -85,7 +84,7 @@ class DiTModel:
         ops = W.stage_ops(arch, l0, l1, q, self.tokens, self.batch, self.sc.dtype, lay.tensor,
                           cross_tp=cross_tp)
         return StageContext(arch, range(l0, l1), q, self.tokens, self.batch, self.act_bytes, lay,
-                            Link(self.link.bandwidth, self.link.latency, self.allreduce_bw),
+                            Link(self.link.bandwidth, self.link.latency, self.link.collective_bandwidth),
                             self.cost, tuple(ops), cross_tp, sync)
 
     def _task(self, stage: int, q_total: int, sync: bool) -> TaskCost:

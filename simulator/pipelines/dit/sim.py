@@ -20,7 +20,7 @@ import simpy
 from ...config.dit_models import image_codecs
 from ...hardware.collectives import allgather_time
 from ...hardware.cpu import CorePool, CPUProcess
-from ...hardware.topology import LinkParams, Topology
+from ...hardware.topology import Topology
 from ...observe.spans import SpanRecorder
 from ...workloads import dit as W
 from .model import DiTModel
@@ -53,13 +53,8 @@ class DiTSim:
         self.rec = SpanRecorder(enabled=sc.record_spans)
         lay = model.lay
 
-        def lp(spec):
-            return None if spec is None else LinkParams(spec.effective_bandwidth, spec.latency,
-                                                        spec.name)
-
-        self.topo = Topology(env, lay.n_gpus, hw.gpus_per_node, lp(hw.gpu_link),
-                             lp(hw.host_link), lp(hw.node_link), self.rec)
-        self.client = self.topo.fabric.port("client.tx", hw.client_link.effective_bandwidth)
+        self.topo = Topology.from_hardware(env, hw, lay.n_gpus, self.rec)
+        self.client = self.topo.client_port()
         self.cpu = CPUProcess("api_server", CorePool(hw.cpu_cores), self.rec)
         self.server = simpy.Resource(env, capacity=1)
         self.rows: list[dict] = []
