@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from ..config.yamlio import YAMLInputError, read_text
 from ..errors import ConfigError
 
 METRIC_PATHS = {
@@ -153,14 +154,7 @@ def _cell(value: str) -> Any:
         return v
 
 
-def read_measurements(path: str | Path) -> list[Measurement]:
-    """Parse the measurements CSV; errors name the file, the row (1 = header) and the column."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("measurements file does not exist", file=str(p))
-    lines = [ln for ln in p.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    reader = csv.DictReader(lines)
-    cols = reader.fieldnames or []
+def _check_columns(cols: list[str], p: Path) -> None:
     for need in ("model", "metric", "measured"):
         if need not in cols:
             raise ConfigError(f"missing column {need!r}; columns are {', '.join(cols) or 'none'}", file=str(p),
@@ -170,6 +164,53 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     if unknown:
         raise ConfigError(f"unknown column {unknown[0]!r}; use {', '.join(sorted(SHORTHANDS))}, batch, or a "
                           "dotted scenario key", file=str(p), path="row 1")
+
+
+def _measured(rec: dict, where, p: Path) -> float:
+    try:
+        measured = float(rec["measured"])
+    except (TypeError, ValueError):
+        raise ConfigError(f"measured must be a number, got {rec['measured']!r}", file=str(p),
+                          path=where("measured")) from None
+    if not (math.isfinite(measured) and measured > 0):
+        raise ConfigError(f"measured must be positive, got {measured:g}", file=str(p), path=where("measured"))
+    return measured
+
+
+def _overrides(rec: dict, model: str, where, p: Path) -> dict:
+    """The scenario overrides one row stands for (shorthand columns expanded, arrivals defaulted)."""
+    ov: dict = {"model": model}
+    for col, raw in rec.items():
+        if col in ("model", "metric", "measured") or col in IGNORED or raw is None or not raw.strip():
+            continue
+        value = _cell(raw)
+        key = "workload.requests" if col == "batch" else SHORTHANDS.get(col, col)
+        if key in INT_KEYS and not (isinstance(value, int) and value > 0):
+            raise ConfigError(f"expected a positive integer, got {raw!r}", file=str(p), path=where(col))
+        if col == "rate" and isinstance(value, (int, float)):
+            value = f"{value}/s"
+        ov[key] = value
+        if col == "batch":
+            ov["workload.arrival"] = "all_at_once"
+    if "workload.rate" in ov and "workload.arrival" not in ov:
+        ov["workload.arrival"] = "poisson"
+    ov.setdefault("workload.arrival", "all_at_once")
+    ov.setdefault("workload.requests", 1)
+    return ov
+
+
+def read_measurements(path: str | Path) -> list[Measurement]:
+    """Parse the measurements CSV; errors name the file, the row (1 = header) and the column."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("measurements file does not exist", file=str(p))
+    try:
+        text = read_text(p)
+    except YAMLInputError as exc:
+        raise ConfigError(str(exc), file=str(p)) from None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(lines)
+    _check_columns(reader.fieldnames or [], p)
     out = []
     for i, rec in enumerate(reader, start=2):
         where = lambda col: f"row {i}, column {col!r}"  # noqa: E731
@@ -179,34 +220,11 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         if metric not in METRIC_PATHS:
             raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(METRIC_PATHS)}", file=str(p),
                               path=where("metric"))
-        try:
-            measured = float(rec["measured"])
-        except (TypeError, ValueError):
-            raise ConfigError(f"measured must be a number, got {rec['measured']!r}", file=str(p),
-                              path=where("measured")) from None
-        if not (math.isfinite(measured) and measured > 0):
-            raise ConfigError(f"measured must be positive, got {measured:g}", file=str(p), path=where("measured"))
+        measured = _measured(rec, where, p)
         model = (rec.get("model") or "").strip()
         if not model:
             raise ConfigError("model is empty", file=str(p), path=where("model"))
-        ov: dict = {"model": model}
-        for col, raw in rec.items():
-            if col in ("model", "metric", "measured") or col in IGNORED or raw is None or not raw.strip():
-                continue
-            value = _cell(raw)
-            key = "workload.requests" if col == "batch" else SHORTHANDS.get(col, col)
-            if key in INT_KEYS and not (isinstance(value, int) and value > 0):
-                raise ConfigError(f"expected a positive integer, got {raw!r}", file=str(p), path=where(col))
-            if col == "rate" and isinstance(value, (int, float)):
-                value = f"{value}/s"
-            ov[key] = value
-            if col == "batch":
-                ov["workload.arrival"] = "all_at_once"
-        if "workload.rate" in ov and "workload.arrival" not in ov:
-            ov["workload.arrival"] = "poisson"
-        ov.setdefault("workload.arrival", "all_at_once")
-        ov.setdefault("workload.requests", 1)
-        out.append(Measurement(i, ov, metric, measured, str(p)))
+        out.append(Measurement(i, _overrides(rec, model, where, p), metric, measured, str(p)))
     if not out:
         raise ConfigError("no measured rows", file=str(p))
     return out
