@@ -14,12 +14,11 @@ import numpy as np
 import pandas as pd
 
 from ...config.dit_models import DiTScenario
+from ...observe.records import DIT_CATEGORIES
 from ...observe.result import Result, with_units
 from ...observe.stats import stats
 
-CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode",
-              "deliver")
-LAST_MILE = ("d2h", "encode", "deliver")
+CATEGORIES = DIT_CATEGORIES  # defined once, with the record schemas
 GIB = 2.0 ** 30
 
 REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
