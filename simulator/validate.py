@@ -10,6 +10,7 @@ nothing outside the repository at run time.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -18,8 +19,8 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from .config.yamlio import YAMLInputError, load_file
 from .errors import ConfigError
 from .progress import Progress
 from .project import scenarios_dir
@@ -84,9 +85,11 @@ def load_family(path: str | Path) -> Family:
     """Read and check one family file; errors name the file and the key."""
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read validation family ({str(exc).splitlines()[0]})", file=str(p)) from None
+        doc = load_file(p)
+    except OSError as exc:
+        raise ConfigError(f"cannot read validation family ({exc.strerror or exc})", file=str(p)) from None
+    except YAMLInputError as exc:
+        raise ConfigError(str(exc), file=str(p)) from None
     if not isinstance(doc, dict):
         raise ConfigError("a validation family must be a YAML mapping", file=str(p))
     kind = doc.get("kind", "simulate")
@@ -137,7 +140,7 @@ def error_pct(predicted: float, measured: float) -> float:
 
 def _scenario(base: dict, overrides: dict) -> tuple[dict, dict]:
     """Split overrides: plain keys go into the scenario; dotted keys are passed as overrides."""
-    raw = yaml.safe_load(yaml.safe_dump(base))
+    raw = copy.deepcopy(base)
     dotted = {}
     for k, v in overrides.items():
         if "." in k:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from ..config.loader import parse_override
+from ..config.yamlio import YAMLInputError, loads
 from ..errors import ConfigError
 from ..sweep import connect, sweep
 
@@ -43,8 +43,8 @@ def parse_grid(text: str) -> tuple[str, list]:
     out = []
     for v in parts:
         try:
-            out.append(yaml.safe_load(v) if v else "")
-        except yaml.YAMLError:
+            out.append(loads(v) if v else "")
+        except YAMLInputError:
             out.append(v)
     return key, out
 
