@@ -11,6 +11,10 @@ from ..errors import ConfigError
 from .quantities import (Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
                          Seconds)
 
+LOGNORMAL_TAIL_SIGMAS = 6
+"""A lognormal without ``max`` is bounded at median x exp(6 sigma) for admission checks: a draw
+lies beyond it with probability 1e-9 (the normal tail at 6 sigma), so no realistic run meets one."""
+
 MAX_CONTEXT = 1 << 24
 """Most tokens a sequence may hold (16 M; the longest published context windows are 10 M)."""
 
@@ -182,7 +186,7 @@ class Distribution(Strict):
             return self.value
         if self.dist == "uniform":
             return self.high
-        return int(self.median * math.exp(6 * self.sigma))
+        return int(self.median * math.exp(LOGNORMAL_TAIL_SIGMAS * self.sigma))
 
 
 def _token_count_branch(value) -> str:
@@ -273,6 +277,6 @@ class LLMScenario(ScenarioBase):
         elif prompt + output > ctx:
             raise ConfigError(f"prompts of up to {prompt:,} and outputs of up to {output:,} tokens exceed "
                               f"{self.model.name}'s {ctx:,}-token context (a lognormal without max reaches "
-                              "median x exp(6 sigma)); lower them, set max, or set workload.over_context: "
-                              "truncate_prompt", path="workload.prompt_tokens")
+                              f"median x exp({LOGNORMAL_TAIL_SIGMAS} sigma)); lower them, set max, or set "
+                              "workload.over_context: truncate_prompt", path="workload.prompt_tokens")
         return self
