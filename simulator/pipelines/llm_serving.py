@@ -53,10 +53,9 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     """KV-cache blocks per replica after weights and activations; a ConfigError if the model does not fit."""
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
-    s = cost.shape
-    act_tokens = sv.max_batched_tokens * (4 * s.hidden + 2 * s.ffn // cost.tp) * cost.b
-    act_logits = sv.max_batch * s.vocab * 4
-    act = act_tokens + act_logits
+    act = cost.peak_activation_bytes(sv.max_batched_tokens, sv.max_batch)
+    act_logits = cost.peak_activation_bytes(0, sv.max_batch)
+    act_tokens = act - act_logits
     usable = gpu.memory * sv.gpu_memory_utilization
     kv_bytes = usable - weights - act
     memory = {"weights_gib": weights / 2**30, "activations_gib": act / 2**30,

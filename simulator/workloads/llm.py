@@ -16,7 +16,29 @@ from ..hardware.gpu import GPU
 from ..hardware.ops import DTYPE_BYTES, Op
 
 KERNELS_PER_LAYER = 9
+"""Kernels of one decoder layer in vLLM's LlamaDecoderLayer (eager mode): fused residual-add +
+RMSNorm, QKV GEMM, rotary embedding, attention, O GEMM, fused residual-add + RMSNorm, gate/up
+GEMM, SiluAndMul, down GEMM (the residual add is fused into the next norm)."""
+
+KERNELS_PER_STEP = 4
+"""Kernels outside the layers per step: token embedding, final norm, LM head GEMM, sampling."""
+
 LOGIT_BYTES = 4
+"""Logits are fp32 for sampling (vLLM's sampler: ``logits = logits.to(torch.float32)``)."""
+
+SAMPLING_FLOPS_PER_LOGIT = 10
+"""Estimate of elementwise work per logit when sampling: temperature divide, softmax (max,
+subtract, exp, sum, divide), top-k/top-p masking and the draw — about ten operations."""
+
+ACT_HIDDEN_COPIES = 4
+"""Hidden-size tensors alive per token at a layer's peak: the residual stream, the normed input,
+the attention output and the projection's output (estimate)."""
+
+ACT_FFN_COPIES = 2
+"""The fused gate/up GEMM's two ffn-size outputs per token, alive until SiluAndMul."""
+
+SAMPLING_LOGIT_PASSES = 2
+"""The sampler reads the fp32 logits and writes the probabilities: two passes over HBM."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +194,8 @@ class LLMCostModel:
             Op("final_norm", 5 * n * s.hidden, 2 * n * s.hidden * b, dtype=self.dtype),
             Op("lm_head", 2 * n * s.hidden * v, (s.hidden * v + n * s.hidden) * b + n * v * LOGIT_BYTES,
                gemm=(n, v, s.hidden), dtype=self.dtype),
-            Op("sample", 10 * n * s.vocab, 2 * n * s.vocab * LOGIT_BYTES, dtype="fp32"),
+            Op("sample", SAMPLING_FLOPS_PER_LOGIT * n * s.vocab, SAMPLING_LOGIT_PASSES * n * s.vocab * LOGIT_BYTES,
+               dtype="fp32"),
         ]
         return self.gpu.ops_time(ops)
 
@@ -207,6 +230,15 @@ class LLMCostModel:
         if cached is None:
             cached = self._comm_cache[tokens] = self._comm_time(tokens)
         return cached
+
+    def peak_activation_bytes(self, max_tokens: int, max_sequences: int) -> float:
+        """Activation memory a step of ``max_tokens`` tokens and ``max_sequences`` sampled
+        sequences needs at its peak (what vLLM's profile run reserves), estimated as
+        ``ACT_HIDDEN_COPIES`` hidden-size tensors and the MLP's gate and up outputs per token
+        plus the fp32 logits of every sequence."""
+        s = self.shape
+        per_token = ACT_HIDDEN_COPIES * s.hidden + ACT_FFN_COPIES * s.ffn // self.tp
+        return max_tokens * per_token * self.b + max_sequences * s.vocab * LOGIT_BYTES
 
     def activation_bytes(self, tokens: int) -> float:
         """Bytes of one hidden-state tensor of ``tokens`` tokens: what a TP all-reduce reduces
@@ -243,5 +275,5 @@ class LLMCostModel:
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost)."""
-        return self.shape.layers * KERNELS_PER_LAYER + 4
+        return self.shape.layers * KERNELS_PER_LAYER + KERNELS_PER_STEP
 
