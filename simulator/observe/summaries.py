@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from .records import DIT_CATEGORIES, LLM_CATEGORIES
 
@@ -19,7 +19,7 @@ Share = Optional[float]
 
 
 class _Summary(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 class Percentiles(_Summary):
@@ -43,7 +43,7 @@ class RunSummary(_Summary):
     """What every run states: which scenario, whether it is whole, and what went wrong if not."""
 
     kind: str
-    scenario: str = Field(validation_alias=AliasChoices("scenario", "name"))
+    scenario: str
     status: Literal["ok", "truncated", "incomplete", "oom"]
     requests_total: Optional[int] = None
     requests_completed: Optional[int] = None
@@ -120,13 +120,13 @@ class DiTSummary(RunSummary):
     needed and the GPU's, and null metrics."""
 
     kind: Literal["dit"]
+    model: str
+    gpu: str
     gpus: int
+    resolution: str
+    steps: int
+    strategy: str
     memory_needed_gib: float
-    model: Optional[str] = None
-    gpu: Optional[str] = None
-    resolution: Optional[str] = None
-    steps: Optional[int] = None
-    strategy: Optional[str] = None
     gpu_memory_gib: Optional[float] = None
     message: Optional[str] = None
     latency_s: Optional[Percentiles] = None

@@ -170,7 +170,7 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     # causal slices differ by position, measured on stage 0; DiT slices by stage only
     st = slice_times[0] if cost.causal else slice_times.mean(axis=0)
     summary = {
-        "kind": "token_pipeline", "name": sc.name, "status": "ok",
+        "kind": "token_pipeline", "scenario": sc.name, "status": "ok",
         "model": sc.model.get("name", "?"), "causal": not sc.is_dit,
         "sequence_tokens": S, "stages": P, "slices": K, "slicing": sc.slicing,
         "latency_s": {"p50": latency, "p90": latency, "p99": latency, "mean": latency},

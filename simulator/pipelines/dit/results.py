@@ -28,12 +28,18 @@ SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in ("request", "output_bytes
 """Request columns in seconds: published as ``<name>_s``."""
 
 
-def oom_result(sc: DiTScenario, need: float, have: float) -> Result:
+def _identity(sc: DiTScenario, gpus: int, strategy: str) -> dict:
+    """What the run is: model, GPU, layout, image and steps (the same keys whether it ran or not)."""
+    return {"model": sc.arch.name, "gpu": sc.hardware.gpu.name, "gpus": gpus,
+            "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps, "strategy": strategy}
+
+
+def oom_result(sc: DiTScenario, need: float, have: float, strategy: str) -> Result:
     """The result of a layout that does not fit: ``status: oom``, no request ran."""
     summary = {
-        "kind": "dit", "name": sc.name, "status": "oom",
+        "kind": "dit", "scenario": sc.name, "status": "oom", **_identity(sc, sc.n_gpus, strategy),
         "memory_needed_gib": need / GIB, "memory_per_gpu_gib": need / GIB,
-        "gpu_memory_gib": have / GIB, "gpus": sc.n_gpus,
+        "gpu_memory_gib": have / GIB,
         "message": f"needs {need / GIB:.1f} GiB per GPU, the {sc.hardware.gpu.name} has "
                    f"{have / GIB:.1f} GiB",
         "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
@@ -73,10 +79,7 @@ def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float,
     first = float(done["arrival"].min()) if len(done) else 0.0
     last_done = float(done["done"].max()) if len(done) else 0.0
     return {
-        "kind": "dit", "name": sc.name, "status": "ok", "model": model.arch.name,
-        "gpu": sc.hardware.gpu.name, "gpus": model.lay.n_gpus,
-        "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps,
-        "strategy": strategy,
+        "kind": "dit", "scenario": sc.name, "status": "ok", **_identity(sc, model.lay.n_gpus, strategy),
         "latency_s": stats(lat), "breakdown_share": share,
         "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,

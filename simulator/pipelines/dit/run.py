@@ -41,7 +41,7 @@ def simulate(sc: DiTScenario) -> Result:
     model = DiTModel.build(sc)
     need = model.memory_per_gpu()
     if need > model.gpu.memory:
-        return R.oom_result(sc, need, model.gpu.memory)
+        return R.oom_result(sc, need, model.gpu.memory, label(model.lay.strategies))
     env = simpy.Environment()
     rng = np.random.default_rng(sc.seed)
     sim = DiTSim(model, env, rng)
