@@ -126,6 +126,67 @@ def balanced_slices(total: int, k: int, cost, stages: int = 1, max_units: int = 
     return lens
 
 
+class _Pipeline:
+    """The SimPy side: one process per stage, each slice handed to the next stage over the topology."""
+
+    def __init__(self, sc: TokenPipelineScenario, cost, starts: np.ndarray, lens: np.ndarray):
+        self.P, self.K = sc.parallel.pp, sc.slices
+        self.cost, self.starts, self.lens = cost, starts, lens
+        self.env = simpy.Environment()
+        self.rec = SpanRecorder(enabled=sc.record_spans)
+        self.topo = Topology.from_hardware(self.env, sc.hardware, self.P, self.rec)
+        self.ready = {(j, i): self.env.event() for j in range(self.P) for i in range(self.K)}
+        self.busy = np.zeros(self.P)
+        self.slice_times = np.zeros((self.P, self.K))
+        self.finished = 0  # slices the last stage has completed
+        self.act_bytes = W.act_bytes(sc.dtype)
+
+    def stage(self, j: int):
+        env, i_start, lens = self.env, self.starts, self.lens
+        for i in range(self.K):
+            if j > 0:
+                yield self.ready[(j, i)]
+            t = self.cost(int(i_start[i]), int(lens[i]), j)
+            start = env.now
+            yield env.timeout(t)
+            self.busy[j] += t
+            self.slice_times[j, i] = t
+            self.rec.add(f"gpu{j}", f"slice {i} [{i_start[i]}:{i_start[i] + lens[i]})", start, env.now, "compute")
+            if j + 1 == self.P:
+                self.finished += 1
+            else:
+                ev = self.ready[(j + 1, i)]
+                tr = self.topo.send(j, j + 1, lens[i] * self.cost.hidden * self.act_bytes, f"slice {i}")
+                tr.callbacks.append(lambda _e, ev=ev: ev.succeed())
+
+    def run(self) -> float:
+        for j in range(self.P):
+            self.env.process(self.stage(j))
+        self.env.run()
+        return self.env.now
+
+
+def _summary(sc: TokenPipelineScenario, pipe: _Pipeline, latency: float) -> dict:
+    P, K = pipe.P, pipe.K
+    bubble = 1.0 - pipe.busy.sum() / (P * latency) if latency > 0 else 0.0
+    # causal slices differ by position, measured on stage 0; DiT slices by stage only
+    st = pipe.slice_times[0] if pipe.cost.causal else pipe.slice_times.mean(axis=0)
+    summary = {
+        "kind": "token_pipeline", "scenario": sc.name, "status": "ok",
+        "model": sc.model.get("name", "?"), "causal": not sc.is_dit,
+        "sequence_tokens": sc.sequence_tokens, "stages": P, "slices": K, "slicing": sc.slicing,
+        "latency_s": {"p50": latency, "p90": latency, "p99": latency, "mean": latency},
+        "bubble_fraction": float(bubble),
+        "slice_tokens": [int(x) for x in pipe.lens],
+        "slice_time_s": [float(x) for x in st],
+        "slice_cost_spread": float(st.max() / st.min()) if st.min() > 0 else None,
+        "utilization": {"gpu": {f"gpu{j}": float(pipe.busy[j] / latency) for j in range(P)}},
+    }
+    # one sequence: it completes when the last stage has run every slice
+    assess(summary, 1, int(pipe.finished == K and np.isfinite(latency)), False, None, unit="sequence")
+    return summary
+
+
 def simulate(sc: TokenPipelineScenario) -> Result:
     """Push the sequence through the pipeline; report latency, bubble fraction, utilization."""
     P, K, S = sc.parallel.pp, sc.slices, sc.sequence_tokens
@@ -133,59 +194,13 @@ def simulate(sc: TokenPipelineScenario) -> Result:
     lens = (uniform_slices(S, K) if sc.slicing == "uniform"
             else balanced_slices(S, K, lambda p, n: cost(p, n), P))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
-    env = simpy.Environment()
-    rec = SpanRecorder(enabled=sc.record_spans)
-    topo = Topology.from_hardware(env, sc.hardware, P, rec)
-    ready = {(j, i): env.event() for j in range(P) for i in range(K)}
-    busy = np.zeros(P)
-    slice_times = np.zeros((P, K))
-    finished = [0]  # slices the last stage has completed
-    ab = W.act_bytes(sc.dtype)
-
-    def stage(j: int):
-        for i in range(K):
-            if j > 0:
-                yield ready[(j, i)]
-            t = cost(int(starts[i]), int(lens[i]), j)
-            start = env.now
-            yield env.timeout(t)
-            busy[j] += t
-            slice_times[j, i] = t
-            rec.add(f"gpu{j}", f"slice {i} [{starts[i]}:{starts[i] + lens[i]})", start, env.now,
-                    "compute")
-            if j + 1 == P:
-                finished[0] += 1
-            else:
-                ev = ready[(j + 1, i)]
-                tr = topo.send(j, j + 1, lens[i] * cost.hidden * ab, f"slice {i}")
-                tr.callbacks.append(lambda _e, ev=ev: ev.succeed())
-
-    for j in range(P):
-        env.process(stage(j))
-    env.run()
-    latency = env.now
-    bubble = 1.0 - busy.sum() / (P * latency) if latency > 0 else 0.0
-    spans = rec.frame()
-    util = {f"gpu{j}": float(busy[j] / latency) for j in range(P)}
-    # causal slices differ by position, measured on stage 0; DiT slices by stage only
-    st = slice_times[0] if cost.causal else slice_times.mean(axis=0)
-    summary = {
-        "kind": "token_pipeline", "scenario": sc.name, "status": "ok",
-        "model": sc.model.get("name", "?"), "causal": not sc.is_dit,
-        "sequence_tokens": S, "stages": P, "slices": K, "slicing": sc.slicing,
-        "latency_s": {"p50": latency, "p90": latency, "p99": latency, "mean": latency},
-        "bubble_fraction": float(bubble),
-        "slice_tokens": [int(x) for x in lens],
-        "slice_time_s": [float(x) for x in st],
-        "slice_cost_spread": float(st.max() / st.min()) if st.min() > 0 else None,
-        "utilization": {"gpu": util},
-    }
-    # one sequence: it completes when the last stage has run every slice
-    assess(summary, 1, int(finished[0] == K and np.isfinite(latency)), False, None, unit="sequence")
+    pipe = _Pipeline(sc, cost, starts, np.asarray(lens))
+    latency = pipe.run()
+    spans = pipe.rec.frame()
     req = pd.DataFrame({"slice": range(K), "start_token": starts, "tokens": lens,
-                        "stage0_time": slice_times[0]})
-    bd = pd.DataFrame({"stage": range(P), "busy": busy, "latency": latency,
-                       "bubble": latency - busy})
-    return Result("token_pipeline", sc, summary, with_units(req, ("stage0_time",), "slice"),
+                        "stage0_time": pipe.slice_times[0]})
+    bd = pd.DataFrame({"stage": range(P), "busy": pipe.busy, "latency": latency,
+                       "bubble": latency - pipe.busy})
+    return Result("token_pipeline", sc, _summary(sc, pipe, latency), with_units(req, ("stage0_time",), "slice"),
                   with_units(bd, ("busy", "latency", "bubble"), "stage"), spans,
                   trace_events(spans) if sc.record_spans else [])
