@@ -38,8 +38,8 @@ class Step:
     only_prefill: np.ndarray
     label: str
     kv_used: int
-    gpu_done: simpy.Event
     done: simpy.Event
+    gpu_done: simpy.Event | None = None  # made only when the next step has to wait for this GPU work
     g0: float | None = None
     g1: float | None = None
     d1: float | None = None
@@ -252,7 +252,7 @@ class Engine:
         self.kv_peak = max(self.kv_peak, used)
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
-                    f"step {index} ({len(decode)}d+{new_tokens}p)", used, env.event(), env.event())
+                    f"step {index} ({len(decode)}d+{new_tokens}p)", used, env.event())
         prev, self._last = self._last, step
         env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
                                   len(decode) + new_tokens, sampled, "prefill" if chunks else "decode"))
@@ -265,6 +265,7 @@ class Engine:
         the sampled ids are copied to the host."""
         env = self.env
         if prev is not None and prev.g1 is None:  # async overlap: the GPU still runs step n-1
+            prev.gpu_done = env.event()
             yield prev.gpu_done
         g0 = max(a1, self.gpu_free)
         g1 = g0 + compute
@@ -280,7 +281,8 @@ class Engine:
         self.gpu_free = g1
         self.gpu_busy += g1 - g0
         self.kv_sum += step.kv_used * (g1 - g0)
-        step.gpu_done.succeed()
+        if step.gpu_done is not None:
+            step.gpu_done.succeed()
         if self.recorder.enabled:
             for track in self.gpu_tracks:
                 self.recorder.add_span_only(track, step.label, g0, g1, category)
