@@ -15,7 +15,7 @@ activations, attention and element-wise kernels stay BF16.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..config.dit_arch import TIME_FREQ_DIM, SD_VAE, DiTArch, TextEncoderArch, VAEArch
 from ..hardware.ops import DTYPE_BYTES, Op
@@ -155,53 +155,93 @@ def block_ops(arch: DiTArch, q_tokens: int, kv_tokens: int, batch: int = 1,
     T = arch.text_tokens if text_tokens is None else text_tokens
     if T < 0 or (kind == "cross" and T == 0):
         raise ValueError(f"{arch.name}: bad text_tokens {T}")
-    heads = _split(arch.heads, tp, "heads")
-    inner_tp = arch.inner // tp
-    D, bq, bT = arch.hidden, batch * q_tokens, batch * T
+    b = _Block(arch, q_tokens, kv_tokens, batch, dtype, tp, T, text_stream, context_pre_only, cross_tp)
+    return _BLOCKS[kind](b, kind)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One block's shape on one GPU: the sizes every block kind's operators are built from."""
+
+    arch: DiTArch
+    q_tokens: int
+    kv_tokens: int
+    batch: int
+    dtype: str
+    tp: int
+    T: int
+    text_stream: bool
+    context_pre_only: bool
+    cross_tp: bool
+
+    @property
+    def heads(self) -> int:
+        return _split(self.arch.heads, self.tp, "heads")
+
+    @property
+    def bq(self) -> int:
+        return self.batch * self.q_tokens
+
+    @property
+    def txt(self) -> int:
+        """Text tokens whose own projections and MLP run here (0 when their K/V are cached)."""
+        return self.T if self.text_stream else 0
+
+
+def _adaln_block(b: _Block, kind: str) -> list[Op]:
+    """PixArt (``cross``) and class-conditioned DiT (``self``): adaLN, self-attention, [cross-attention], MLP."""
+    arch, D, dtype = b.arch, b.arch.hidden, b.dtype
     per_block_mod = arch.modulation == "per_block"
+    ops = [] if per_block_mod else [_eltwise("adaln_table", 12 * b.batch * D, 6 * b.batch * D, 1, dtype)]
+    ops += _stream_pre("", arch, b.bq, b.batch, dtype, b.tp, 6 if per_block_mod else 0)
+    ops.append(_attention("self_attn", b.batch, b.heads, b.q_tokens, b.kv_tokens, arch.head_dim, dtype))
+    post = _stream_post("", arch, b.bq, dtype, b.tp)
+    if kind == "cross":  # PixArt: x = x + CrossAttn(x, text), no norm, between attn and MLP
+        c_heads, c_inner = (b.heads, arch.inner // b.tp) if b.cross_tp else (arch.heads, arch.inner)
+        cross = [_linear("cross_q", b.bq, c_inner, D, dtype)]
+        if b.text_stream:
+            cross.append(_linear("cross_kv", b.batch * b.T, 2 * c_inner, D, dtype))
+        cross += [_attention("cross_attn", b.batch, c_heads, b.q_tokens, b.T, arch.head_dim, dtype),
+                  _linear("cross_out", b.bq, D, c_inner, dtype),
+                  _eltwise("cross_residual", 2 * b.bq * D, b.bq * D, 1, dtype)]
+        post = post[:2] + cross + post[2:]
+    return ops + post
 
-    if kind in ("cross", "self"):
-        ops = [] if per_block_mod else [_eltwise("adaln_table", 12 * batch * D, 6 * batch * D, 1, dtype)]
-        ops += _stream_pre("", arch, bq, batch, dtype, tp, 6 if per_block_mod else 0)
-        ops.append(_attention("self_attn", batch, heads, q_tokens, kv_tokens, arch.head_dim, dtype))
-        post = _stream_post("", arch, bq, dtype, tp)
-        if kind == "cross":  # PixArt: x = x + CrossAttn(x, text), no norm, between attn and MLP
-            c_heads, c_inner = (heads, inner_tp) if cross_tp else (arch.heads, arch.inner)
-            cross = [_linear("cross_q", bq, c_inner, D, dtype)]
-            if text_stream:
-                cross.append(_linear("cross_kv", bT, 2 * c_inner, D, dtype))
-            cross += [_attention("cross_attn", batch, c_heads, q_tokens, T, arch.head_dim, dtype),
-                      _linear("cross_out", bq, D, c_inner, dtype),
-                      _eltwise("cross_residual", 2 * bq * D, bq * D, 1, dtype)]
-            post = post[:2] + cross + post[2:]
-        return ops + post
 
-    txt = T if text_stream else 0
-    if kind == "joint":
-        ops = _stream_pre("img_", arch, bq, batch, dtype, tp, 6)
-        if txt:
-            ops += _stream_pre("txt_", arch, batch * txt, batch, dtype, tp,
-                               2 if context_pre_only else 6)
-        ops.append(_attention("joint_attn", batch, heads, q_tokens + txt, kv_tokens + T,
-                              arch.head_dim, dtype))
-        ops += _stream_post("img_", arch, bq, dtype, tp)
-        if txt and not context_pre_only:
-            ops += _stream_post("txt_", arch, batch * txt, dtype, tp)
-        return ops
+def _joint_block(b: _Block, kind: str) -> list[Op]:
+    """MMDiT double stream (SD3, FLUX double): image and text streams attend jointly."""
+    arch, dtype, txt = b.arch, b.dtype, b.txt
+    ops = _stream_pre("img_", arch, b.bq, b.batch, dtype, b.tp, 6)
+    if txt:
+        ops += _stream_pre("txt_", arch, b.batch * txt, b.batch, dtype, b.tp, 2 if b.context_pre_only else 6)
+    ops.append(_attention("joint_attn", b.batch, b.heads, b.q_tokens + txt, b.kv_tokens + b.T,
+                          arch.head_dim, dtype))
+    ops += _stream_post("img_", arch, b.bq, dtype, b.tp)
+    if txt and not b.context_pre_only:
+        ops += _stream_post("txt_", arch, b.batch * txt, dtype, b.tp)
+    return ops
 
-    # single-stream (FLUX): text and image share weights; attention and MLP run in parallel
-    n = bq + batch * txt
-    F = _split(arch.mlp_hidden, tp, "MLP hidden")
-    ops = _stream_pre("", arch, n, batch, dtype, tp, 3)
+
+def _single_block(b: _Block, kind: str) -> list[Op]:
+    """FLUX single stream: text and image share weights; attention and MLP run in parallel."""
+    arch, dtype, txt, D = b.arch, b.dtype, b.txt, b.arch.hidden
+    inner_tp = arch.inner // b.tp
+    n = b.bq + b.batch * txt
+    F = _split(arch.mlp_hidden, b.tp, "MLP hidden")
+    ops = _stream_pre("", arch, n, b.batch, dtype, b.tp, 3)
     ops[2:2] = [_linear("mlp_in", n, F, D, dtype)]
     ops += [
-        _attention("joint_attn", batch, heads, q_tokens + txt, kv_tokens + T, arch.head_dim, dtype),
+        _attention("joint_attn", b.batch, b.heads, b.q_tokens + txt, b.kv_tokens + b.T, arch.head_dim, dtype),
         _eltwise("gelu", n * F, n * F, 8, dtype),
         _eltwise("concat", n * (inner_tp + F), n * (inner_tp + F), 0, dtype),
         _linear("proj_out", n, D, inner_tp + F, dtype),
         _eltwise("gate_residual", 2 * n * D, n * D, 2, dtype),
     ]
     return ops
+
+
+_BLOCKS = {"cross": _adaln_block, "self": _adaln_block, "joint": _joint_block, "single": _single_block}
+"""Block kind (``config.dit_arch.BLOCK_KINDS``) -> the builder of its operators."""
 
 
 def layer_ops(arch: DiTArch, layer_index: int, q_tokens: int, kv_tokens: int, batch: int = 1,
