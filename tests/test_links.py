@@ -232,3 +232,28 @@ def test_property_bytes_conserved_and_ports_never_exceed_bandwidth(flows, bws):
             assert max(done[k] for k in mine) >= first + total / p.bandwidth * (1 - 1e-9) - 1e-12 * first
     for k, (t0, n, which) in enumerate(flows):
         assert done[k] - t0 >= n / min(bws[i] for i in which) * (1 - 1e-9) - 1e-12 * done[k]
+
+
+def test_a_booked_copy_takes_the_time_a_lone_flow_takes_and_copies_serialize():
+    """Booked copies on a reserved port (one CUDA stream's D2H) end when a lone Fabric flow would,
+    queue behind each other, and forbid shared flows on the port."""
+    env = simpy.Environment()
+    fabric = Fabric(env)
+    lone, booked = fabric.port("a", 10.0), fabric.port("b", 10.0)
+    log = []
+
+    def flow():
+        yield from fabric.move([lone], 50.0, 2.0, "flow")
+        log.append(("flow", env.now))
+
+    env.process(flow())
+    env.run()
+    fabric.reserve([booked])
+    first = fabric.book([booked], 50.0, 2.0, "copy 1", start=0.0)
+    second = fabric.book([booked], 10.0, 2.0, "copy 2", start=1.0)
+    assert log == [("flow", 7.0)] and first == 7.0
+    assert second == 7.0 + 2.0 + 1.0          # after the first copy, then its own latency and bytes
+    assert booked.busy_time == 6.0 and booked.bytes_moved == 60.0
+    with pytest.raises(ValueError, match="reserved"):
+        fabric.transfer([booked], 1.0)
+        env.run()

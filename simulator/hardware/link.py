@@ -32,6 +32,8 @@ class Port:
     busy_time: float = 0.0
     bytes_moved: float = 0.0
     active: int = 0
+    reserved: bool = False  # owned by one serialized copier whose copies are booked in closed form
+    booked_until: float = 0.0
 
     @property
     def track(self) -> str:
@@ -104,8 +106,42 @@ class Fabric:
         unique = tuple(dict.fromkeys(ports))  # a port listed twice is still one port
         return self._run(unique, float(nbytes), float(latency), label, float(max_rate))
 
+    def reserve(self, ports: Sequence[Port]) -> None:
+        """Give ``ports`` to one caller whose copies are serialized, like the device-to-host copies
+        of one CUDA stream: each is booked in closed form by :meth:`book`, without SimPy events.
+        A shared flow on a reserved port is an error, so a booking is never wrong about contention."""
+        for p in ports:
+            if p.active:
+                raise ValueError(f"port {p.name!r} carries flows and cannot be reserved")
+            p.reserved = True
+
+    def book(self, ports: Sequence[Port], nbytes: float, latency: float, label: str, start: float) -> float:
+        """A copy on reserved ``ports`` issued at ``start``: after the previous booked copy and the
+        latency, ``nbytes`` at the narrowest port's bandwidth; returns when it ends.
+
+        The same times as :meth:`move` gives a flow alone on its ports, in one function call."""
+        if not all(p.reserved for p in ports):
+            raise ValueError(f"booking {label!r}: every port must be reserved first")
+        begin = max(start, max((p.booked_until for p in ports), default=start)) + latency
+        if nbytes <= 0 or not ports:
+            return begin
+        seconds = nbytes / min(p.bandwidth for p in ports)
+        end = begin + seconds
+        rec = self.recorder
+        for p in ports:
+            p.booked_until = end
+            p.busy_time += seconds
+            p.bytes_moved += nbytes
+            if rec is not None:
+                rec.add_busy(p.track, seconds)
+                if rec.enabled:
+                    rec.add_span_only(p.track, label, begin, end, "link")
+        return end
+
     def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str,
              max_rate: float = float("inf")):
+        if any(p.reserved for p in ports):
+            raise ValueError(f"transfer {label!r} crosses a port reserved for booked copies")
         if latency > 0:
             yield self.env.timeout(latency)
         if nbytes <= 0 or not ports:
@@ -142,6 +178,10 @@ class Fabric:
         All unfrozen rates rise together; the first limit reached freezes its flows: a port's
         fair share of what is left, or a flow's own ``max_rate`` if that comes first.
         """
+        if len(self._flows) == 1:  # alone: its narrowest port or its own cap (the common case: one D2H)
+            f = self._flows[0]
+            f.rate = min(min(p.bandwidth for p in f.ports), f.max_rate)
+            return
         cap = {p: p.bandwidth for f in self._flows for p in f.ports}
         count = {p: 0 for p in cap}
         for f in self._flows:

@@ -254,8 +254,12 @@ class Engine:
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
                     f"step {index} ({len(decode)}d+{new_tokens}p)", used, env.event())
         prev, self._last = self._last, step
-        env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
-                                  len(decode) + new_tokens, sampled, "prefill" if chunks else "decode"))
+        category = "prefill" if chunks else "decode"
+        if self.links.d2h_booked and not self.links.has_comm and (prev is None or prev.g1 is not None):
+            self._gpu_closed_form(step, a1, launched, step_cost.compute, sampled, category)
+        else:
+            env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
+                                      len(decode) + new_tokens, sampled, category))
         return step
 
     def _run_gpu(self, step: Step, prev: Step | None, a1: float, launched: float, compute: float,
@@ -269,14 +273,32 @@ class Engine:
             yield prev.gpu_done
         g0 = max(a1, self.gpu_free)
         g1 = g0 + compute
-        yield env.timeout(g1 - env.now)
         comm = 0.0
         if self.links.has_comm:
+            yield env.timeout(g1 - env.now)
             yield from self.links.step_comm(tokens, step.label)
             comm, g1 = env.now - g1, env.now
         g1 = max(g1, launched)
         if g1 > env.now:
             yield env.timeout(g1 - env.now)
+        self._gpu_ran(step, g0, g1, category)
+        yield from self.links.d2h(sampled, "d2h", g1)
+        self._copied(step, comm, env.now)
+        step.done.succeed()
+
+    def _gpu_closed_form(self, step: Step, a1: float, launched: float, compute: float, sampled: int,
+                         category: str) -> None:
+        """The same step as :meth:`_run_gpu` where nothing can delay it once launched (no TP/PP
+        traffic, a booked D2H, the previous step's GPU end known): its times are computed now and
+        ``step.done`` is one timeout at the copy's end, instead of a process of several events."""
+        g0 = max(a1, self.gpu_free)
+        g1 = max(g0 + compute, launched)
+        self._gpu_ran(step, g0, g1, category)
+        d1 = self.links.booked_d2h(sampled, "d2h", g1)
+        self._copied(step, 0.0, d1)
+        step.done = self.env.timeout(d1 - self.env.now)
+
+    def _gpu_ran(self, step: Step, g0: float, g1: float, category: str) -> None:
         step.g0, step.g1 = g0, g1
         self.gpu_free = g1
         self.gpu_busy += g1 - g0
@@ -288,11 +310,11 @@ class Engine:
                 self.recorder.add_span_only(track, step.label, g0, g1, category)
         if self.kv_steps is not None:
             self.kv_steps.append(step=step.index, kv=step.kv_used)
-        yield from self.links.d2h(sampled, "d2h")
-        step.d1 = env.now
-        for key, value in (("g0", g0), ("g1", g1), ("comm", comm), ("d1", step.d1)):
+
+    def _copied(self, step: Step, comm: float, d1: float) -> None:
+        step.d1 = d1
+        for key, value in (("g0", step.g0), ("g1", step.g1), ("comm", comm), ("d1", d1)):
             self.steps.column(key)[step.index] = value
-        step.done.succeed()
 
     def _process(self, step: Step):
         """Turn a finished step into tokens: who emitted, who sends a chunk, who finished.
@@ -347,7 +369,7 @@ class Engine:
         # The scheduler's view of who finished is updated when the step is handed over (as
         # engines do with their output queues), before its results reach the host.
         emit, send, prefill_flag, done = self._process(step)
-        if not step.done.triggered:
+        if not step.done.processed:
             yield step.done
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,

@@ -31,6 +31,14 @@ class ReplicaLinks:
         self.sends = [topo.path(stages[s][0], stages[s + 1][0]) for s in range(pp - 1)]
         self.d2h_gpu = stages[-1][0]
         self.d2h_route = topo.host_route(self.d2h_gpu, "tx")
+        # The sampled ids are copied on the step's stream, after its kernels, so one replica's
+        # copies are serialized; where no TP/PP traffic shares the port (NVLink boxes, one GPU)
+        # they are booked in closed form instead of run as Fabric flows (same times, no events).
+        shared = {p for ports, _ in (*self.groups, *self.sends) for p in ports}
+        self.d2h_booked = not shared.intersection(self.d2h_route[0])
+        if self.d2h_booked:
+            self.fabric.reserve(self.d2h_route[0])
+        self.env = topo.env
 
     @property
     def has_comm(self) -> bool:
@@ -51,7 +59,17 @@ class ReplicaLinks:
                 ports, lat = self.sends[s]
                 yield from self.fabric.move(ports, nbytes, lat, f"{label} pp send")
 
-    def d2h(self, sampled: int, label: str):
-        """Copy the step's ``sampled`` token ids from the last stage's GPU to the host."""
+    def d2h(self, sampled: int, label: str, issued: float | None = None):
+        """Copy the step's ``sampled`` token ids from the last stage's GPU to the host, issued at
+        ``issued`` (default: now; a Fabric flow starts when the caller reaches it)."""
+        if self.d2h_booked:
+            end = self.booked_d2h(sampled, label, self.env.now if issued is None else issued)
+            yield self.env.timeout(end - self.env.now)
+        else:
+            ports, lat = self.d2h_route
+            yield from self.fabric.move(ports, SAMPLED_ID_BYTES * sampled, lat, label)
+
+    def booked_d2h(self, sampled: int, label: str, issued: float) -> float:
+        """The copy's end, booked in closed form on the replica's reserved D2H port."""
         ports, lat = self.d2h_route
-        yield from self.fabric.move(ports, SAMPLED_ID_BYTES * sampled, lat, label)
+        return self.fabric.book(ports, SAMPLED_ID_BYTES * sampled, lat, label, issued)
