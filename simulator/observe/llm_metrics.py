@@ -10,12 +10,15 @@ not covered is queueing. The final token's last mile closes the request.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
-from .stats import stats
+from .columns import Columns
+from .stats import stats as stats_of
 from .result import Result
 
 CATEGORIES, LAST_MILE = LLM_CATEGORIES, LLM_LAST_MILE
@@ -132,7 +135,66 @@ def itl_samples(rows, done: np.ndarray) -> np.ndarray:
     return np.concatenate([gaps, np.zeros(zeros)])
 
 
-def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_blocks, horizon) -> Result:
+@dataclass(frozen=True)
+class EngineStats:
+    """What one engine reports when the run ends; the metrics read this, never the engine."""
+
+    index: int
+    gpu_tracks: tuple[str, ...]
+    gpu_busy: float  # seconds its GPUs ran steps
+    kv_peak: int  # most KV blocks in use at once
+    kv_sum: float  # KV blocks in use x GPU seconds, for the occupancy averaged over GPU time
+    kv_steps: Columns | None  # (step, blocks in use) per step, when spans are recorded
+
+
+@dataclass(frozen=True)
+class ServingStats:
+    """The engines' reports and the API servers' CPU tracks of one LLM run."""
+
+    engines: tuple[EngineStats, ...]
+    server_tracks: tuple[str, ...]
+
+
+def _request_frames(t, acc, done: np.ndarray, ttft, tpot, e2e) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per request (times in seconds), and the breakdown of each completed one."""
+    ids = np.flatnonzero(done)
+    requests = pd.DataFrame({
+        "arrival_s": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
+        "api_server": t.api, "replica": t.replica, "tokenized_s": t.tok_end, "first_token_s": t.first_R,
+        "last_token_s": t.last_R, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "preemptions": t.preemptions,
+        "completed": done,
+    }, index=pd.RangeIndex(t.n, name="request"))
+    bd = pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
+                      index=pd.Index(ids, name="request"))
+    return requests, bd
+
+
+def _utilization(recorder, stats: ServingStats, horizon: float) -> dict:
+    for engine in stats.engines:
+        for track in engine.gpu_tracks:
+            recorder.add_busy(track, engine.gpu_busy)
+    util = recorder.utilization(horizon)
+    for track in stats.server_tracks:
+        util.setdefault(track, 0.0)
+    return util
+
+
+def _kv_summary(stats: ServingStats, kv_blocks: int) -> dict:
+    engines = stats.engines
+    busy = max(sum(en.gpu_busy for en in engines), 1e-12)
+    return {"blocks_per_replica": kv_blocks,
+            "peak_occupancy": max(en.kv_peak for en in engines) / kv_blocks,
+            "mean_occupancy": sum(en.kv_sum for en in engines) / busy / kv_blocks}
+
+
+def _itl_stalls(itl: np.ndarray) -> dict:
+    p50 = np.percentile(itl, 50) if len(itl) else 0.0
+    return {"p99_over_p50": float(np.percentile(itl, 99) / p50) if len(itl) and p50 > 0 else None,
+            "gaps_over_2x_median": int((itl > 2 * np.median(itl)).sum()) if len(itl) else 0}
+
+
+def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
+                 horizon) -> Result:
     """Assemble the per-request frame, the breakdown, the summary and the trace."""
     t = table
     done = t.finished & np.isfinite(t.last_R)
@@ -142,44 +204,21 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
     e2e = t.last_R - t.arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(t.output > 1, (e2e - ttft) / (t.output - 1), np.nan)
-    requests = pd.DataFrame({
-        "arrival_s": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
-        "api_server": t.api, "replica": t.replica, "tokenized_s": t.tok_end, "first_token_s": t.first_R,
-        "last_token_s": t.last_R, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "preemptions": t.preemptions,
-        "completed": done,
-    }, index=pd.RangeIndex(t.n, name="request"))
-    bd = pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
-                      index=pd.Index(ids, name="request"))
+    requests, bd = _request_frames(t, acc, done, ttft, tpot, e2e)
     total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[ids].sum())
     itl_sum = float((t.last_R[ids] - t.first_R[ids]).sum())
     itl = itl_samples(rows, done)
-
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
-    if len(ids):
-        start, end = float(np.nanmin(t.arrival[ids])), float(np.nanmax(t.last_R[ids]))
-        span = max(end - start, 1e-12)
-    else:
-        start, end, span = 0.0, 0.0, 1.0
+    start, end = (float(np.nanmin(t.arrival[ids])), float(np.nanmax(t.last_R[ids]))) if len(ids) else (0.0, 0.0)
+    span = max(end - start, 1e-12) if len(ids) else 1.0
     out_tokens = float(t.output[ids].sum())
-    for engine in frontend.engines:
-        for track in engine.gpu_tracks:
-            recorder.add_busy(track, engine.gpu_busy)
-    util = recorder.utilization(horizon)
-    for server in frontend.servers:
-        util.setdefault(server.track, 0.0)
-    engines = frontend.engines
     summary = {
-        "kind": "llm",
-        "scenario": scenario.name,
-        "requests_total": int(t.n),
-        "requests_completed": int(len(ids)),
+        "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": int(len(ids)),
         "duration_s": end - start,
-        "ttft_ms": stats(ttft[ids], 1e3),
-        "itl_ms": stats(itl, 1e3),
-        "tpot_ms": stats(tpot[ids], 1e3),
-        "e2e_ms": stats(e2e[ids], 1e3),
+        "ttft_ms": stats_of(ttft[ids], 1e3), "itl_ms": stats_of(itl, 1e3), "tpot_ms": stats_of(tpot[ids], 1e3),
+        "e2e_ms": stats_of(e2e[ids], 1e3),
         "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": len(ids) / span,
                        "total_tokens_per_s": (out_tokens + float(t.prompt[ids].sum())) / span},
         "goodput": {"requests_per_s": float(good.sum()) / span,
@@ -188,28 +227,21 @@ def build_result(scenario, table, steps, rows, recorder, frontend, memory, kv_bl
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
         "itl_last_mile_share": sum(acc.after.values()) / itl_sum if itl_sum else 0.0,
-        "itl_stalls": {"p99_over_p50": (float(np.percentile(itl, 99) / np.percentile(itl, 50))
-                                         if len(itl) and np.percentile(itl, 50) > 0 else None),
-                       "gaps_over_2x_median": int((itl > 2 * np.median(itl)).sum()) if len(itl) else 0},
-        "utilization": util,
-        "kv_cache": {"blocks_per_replica": kv_blocks,
-                     "peak_occupancy": max(en.kv_peak for en in engines) / kv_blocks,
-                     "mean_occupancy": (sum(en.kv_sum for en in engines) / max(sum(en.gpu_busy for en in engines), 1e-12)
-                                        / kv_blocks)},
-        "memory_per_gpu_gib": memory,
-        "steps": int(steps.size),
-        "preemptions": int(t.preemptions.sum()),
+        "itl_stalls": _itl_stalls(itl),
+        "utilization": _utilization(recorder, stats, horizon),
+        "kv_cache": _kv_summary(stats, kv_blocks),
+        "memory_per_gpu_gib": memory, "steps": int(steps.size), "preemptions": int(t.preemptions.sum()),
     }
     spans = recorder.frame()
-    trace = trace_events(spans, engine_counters(frontend, steps, kv_blocks),
-                         request_flows(frontend, t, steps, rows, done)) if recorder.enabled else []
+    trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
+                         request_flows(stats, t, steps, rows, done)) if recorder.enabled else []
     return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)
 
 
-def engine_counters(frontend, steps, kv_blocks: int) -> list[Counter]:
+def engine_counters(stats: ServingStats, steps, kv_blocks: int) -> list[Counter]:
     """Batch size and KV-cache occupancy of each engine, step by step (0 while its GPU idles)."""
     out = []
-    for engine in frontend.engines:
+    for engine in stats.engines:
         rec = engine.kv_steps
         if rec is None or not rec.size:
             continue
@@ -228,7 +260,7 @@ def engine_counters(frontend, steps, kv_blocks: int) -> list[Counter]:
     return out
 
 
-def request_flows(frontend, table, steps, rows, done: np.ndarray) -> pd.DataFrame:
+def request_flows(stats: ServingStats, table, steps, rows, done: np.ndarray) -> pd.DataFrame:
     """Each completed request's path: its tokenization on the API server, its first GPU step and
     its last GPU step (on its replica's first GPU track)."""
     ids = np.flatnonzero(done)
@@ -241,8 +273,8 @@ def request_flows(frontend, table, steps, rows, done: np.ndarray) -> pd.DataFram
     np.maximum.at(last, rows["req"], rows["step"])
     ids = ids[last[ids] >= 0]
     mid = (steps["g0"] + steps["g1"]) / 2
-    api = np.array([s.track for s in frontend.servers], dtype=object)[table.api[ids]]
-    gpu = np.array([e.gpu_tracks[0] for e in frontend.engines], dtype=object)[table.replica[ids]]
+    api = np.array(stats.server_tracks, dtype=object)[table.api[ids]]
+    gpu = np.array([e.gpu_tracks[0] for e in stats.engines], dtype=object)[table.replica[ids]]
     tok = (table.tok_start[ids] + table.tok_end[ids]) / 2
     frame = pd.DataFrame({"flow": np.tile(ids, 3), "order": np.repeat([0, 1, 2], len(ids)),
                           "track": np.concatenate([api, gpu, gpu]),

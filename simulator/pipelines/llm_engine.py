@@ -20,7 +20,8 @@ import simpy
 
 from ..hardware.cpu import CPUProcess
 from ..observe.columns import Columns
-from ..observe.llm_metrics import PREFILL_ONLY
+from ..observe.llm_metrics import EngineStats
+from ..observe.records import PREFILL_ONLY
 from .llm_links import ReplicaLinks
 from .llm_settings import EngineSettings
 
@@ -390,6 +391,11 @@ class Engine:
                 lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, done, e))
         if placement == "api_server" and len(emit):
             self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done, env.now)
+
+    def stats(self) -> EngineStats:
+        """What this engine reports to the metrics when the run ends."""
+        return EngineStats(self.index, tuple(self.gpu_tracks), self.gpu_busy, self.kv_peak, self.kv_sum,
+                           self.kv_steps)
 
     def _idle(self):
         self._wake = self.env.event()

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..hardware.cpu import CPUProcess
 from ..hardware.topology import LinkParams
-from ..observe.llm_metrics import BUFFERED, SENT
+from ..observe.records import BUFFERED, SENT
 from .llm_engine import RequestTable
 from .llm_settings import FrontendSettings
 

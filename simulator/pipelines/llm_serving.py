@@ -12,7 +12,7 @@ from ..hardware.cpu import CorePool, CPUProcess
 from ..hardware.gpu import GPU
 from ..hardware.topology import LinkParams, Topology
 from ..observe.columns import Columns
-from ..observe.llm_metrics import build_result
+from ..observe.llm_metrics import ServingStats, build_result
 from ..observe.spans import SpanRecorder
 from ..units import fmt_bytes
 from ..workloads.llm import LLMCostModel, LLMShape
@@ -156,8 +156,8 @@ def simulate(scenario):
     else:
         env.process(open_loop())
     env.run(until=scenario.max_sim_time)
-    result = build_result(scenario, table, records.steps, records.rows, recorder, frontend, memory, kv_blocks,
-                          env.now)
+    stats = ServingStats(tuple(e.stats() for e in frontend.engines), tuple(s.track for s in servers))
+    result = build_result(scenario, table, records.steps, records.rows, recorder, stats, memory, kv_blocks, env.now)
     _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
     return result
 
