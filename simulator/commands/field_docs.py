@@ -99,7 +99,9 @@ FIELD_DOCS: dict[str, str] = {
     "Workload.arrival": "Arrival process: open-loop poisson/gamma/constant at rate, all at once, "
                         "closed loop at a concurrency, or a CSV trace.",
     "Workload.rate": "Mean arrival rate (poisson, gamma, constant).",
-    "Workload.burstiness": "Gamma arrivals: shape parameter (1 is Poisson, lower is burstier).",
+    "Workload.burstiness": ("Gamma arrivals: coefficient of variation (CV) of the inter-arrival gaps (gamma "
+                            "shape 1/CV^2), as Vidur uses it; 1 is Poisson, higher is burstier, lower smoother. "
+                            "Every open-loop arrival process starts with its first request at t = 0."),
     "Workload.concurrency": "Closed loop: requests kept in flight.",
     "Workload.trace": "Trace CSV (columns arrived_at, num_prefill_tokens, num_decode_tokens), relative to the "
                       "scenario file.",
@@ -158,8 +160,8 @@ FIELD_DOCS: dict[str, str] = {
     "TokenPipelineScenario.slicing": "uniform: equal slices; balanced: sized for equal causal-attention cost.",
 }
 
-#: The DiT ``model`` mapping is read by ``DiTArch.from_dict`` (simulator/config/dit_arch.py), not by
-#: pydantic: its keys, with type, default ('' = required) and meaning.
+#: The DiT ``model`` mapping is validated by the pydantic ``DiTArch`` (simulator/config/dit_arch.py) after
+#: its catalog entry is merged in: its keys, with type, default ('' = required) and meaning.
 DIT_MODEL_KEYS: list[tuple[str, str, str, str]] = [
     ("base", "string", "", "Catalog DiT to start from; the other keys override its fields."),
     ("kind", "'dit'", "dit", "Marks a DiT (a token_pipeline model without it is an LLM)."),

@@ -245,8 +245,9 @@ def render_markdown() -> str:
         out.append("")
         if kind == "dit":
             out += ["### The DiT model mapping", "",
-                    "`model` in a `dit` scenario (and a DiT `model` of a `token_pipeline`) is read by",
-                    "`DiTArch.from_dict` (`simulator/config/dit_arch.py`), not by the models above. Its keys:", "",
+                    "`model` in a `dit` scenario (and a DiT `model` of a `token_pipeline`) is validated by",
+                    "the pydantic model `DiTArch` (`simulator/config/dit_arch.py`) once the catalog entry it",
+                    "names is merged in. Its keys:", "",
                     "| key | type | default | description |", "| --- | --- | --- | --- |"]
             for key, t, default, text in DIT_MODEL_KEYS:
                 out.append(f"| `model.{key}` | {_cell(t)} | {_cell(default and f'`{default}`')} | {_cell(text)} |")
