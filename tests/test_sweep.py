@@ -102,3 +102,15 @@ def test_parse_grid_reads_yaml_values():
     assert parse_grid("serving.overlap=sync,async") == ("serving.overlap", ["sync", "async"])
     with pytest.raises(ConfigError):
         parse_grid("workload.concurrency")
+
+
+def test_an_llm_layout_that_does_not_fit_is_an_oom_row_like_a_dit_one():
+    df = simulator.sweep(None, {"parallel.tp": [1, 4]}, overrides={**BASE, "model": "llama-3-70b",
+                                                                  "workload.concurrency": 4},
+                         workers=1, progress=False)
+    assert list(df["status"]) == ["oom", "ok"]
+    assert df["memory_key"].iloc[0] == "hardware.gpu.memory"
+    assert df["memory_per_gpu_gib.weights_gib"].iloc[0] > 100
+    r = simulator.run(None, {"model": "llama-3-70b"})
+    assert r.summary["status"] == "oom" and r.summary["requests_completed"] == 0
+    assert r.summary["message"].startswith("llama-3-70b does not fit")

@@ -29,13 +29,9 @@ def main(args) -> int:
     if args.out and not args.no_write:
         check_out(Path(args.out))  # before simulating: a refused folder costs nothing
     result = run(args.scenario, overrides)
-    status = result.summary.get("status", "ok")
-    if status == "oom":
-        need = result.summary["memory_needed_gib"]
-        have = result.summary["gpu_memory_gib"]
-        raise ConfigError(f"does not fit in GPU memory: needs {need:.1f} GiB per GPU, has {have:.1f} GiB; "
-                          "use more GPUs or a strategy that shards the model",
-                          file=args.scenario or "<default scenario>", path="parallel")
+    s = result.summary
+    if s.get("status") == "oom":  # an outcome in a sweep; for one run there is nothing to show
+        raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s.get("memory_key", "parallel"))
     out = None
     if not args.no_write:
         out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from .records import DIT_CATEGORIES, LLM_CATEGORIES
 
@@ -86,27 +86,47 @@ class LLMMemory(_Summary):
 
 
 class LLMSummary(RunSummary):
-    """An LLM serving run (``kind: llm``)."""
+    """An LLM serving run (``kind: llm``). A layout that does not fit in GPU memory (``status: oom``)
+    ran nothing: it has the memory split, the ``message`` and the ``memory_key`` to change instead
+    of the metrics, which every other run has."""
 
     kind: Literal["llm"]
-    duration_s: Optional[float]
-    ttft_ms: Percentiles
-    itl_ms: Percentiles
-    tpot_ms: Percentiles
-    e2e_ms: Percentiles
-    throughput: Throughput
-    goodput: Goodput
-    breakdown_share: dict[str, Share]
-    last_mile_share: Share
-    itl_last_mile_share: Share
-    itl_stalls: ITLStalls
-    utilization: dict[str, Share]
-    kv_cache: KVCache
     memory_per_gpu_gib: LLMMemory
-    steps: int
-    preemptions: int
+    message: Optional[str] = None
+    memory_key: Optional[str] = None
+    duration_s: Optional[float] = None
+    ttft_ms: Optional[Percentiles] = None
+    itl_ms: Optional[Percentiles] = None
+    tpot_ms: Optional[Percentiles] = None
+    e2e_ms: Optional[Percentiles] = None
+    throughput: Optional[Throughput] = None
+    goodput: Optional[Goodput] = None
+    breakdown_share: Optional[dict[str, Share]] = None
+    last_mile_share: Share = None
+    itl_last_mile_share: Share = None
+    itl_stalls: Optional[ITLStalls] = None
+    utilization: Optional[dict[str, Share]] = None
+    kv_cache: Optional[KVCache] = None
+    steps: Optional[int] = None
+    preemptions: Optional[int] = None
 
-    _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
+    @field_validator("breakdown_share")
+    @classmethod
+    def _breakdown(cls, value):
+        return value if value is None else _categories(LLM_CATEGORIES)(value)
+
+    @model_validator(mode="after")
+    def _metrics_unless_oom(self):
+        ran = ("duration_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "throughput", "goodput",
+               "breakdown_share", "itl_stalls", "utilization", "kv_cache", "steps", "preemptions")
+        if self.status == "oom":
+            if self.message is None or self.memory_key is None:
+                raise ValueError("an oom summary needs message and memory_key")
+        else:
+            missing = [k for k in ran if k not in self.model_fields_set]
+            if missing:
+                raise ValueError(f"a run that ran needs {', '.join(missing)}")
+        return self
 
 
 class DiTUtilization(_Summary):
@@ -129,6 +149,7 @@ class DiTSummary(RunSummary):
     memory_needed_gib: float
     gpu_memory_gib: Optional[float] = None
     message: Optional[str] = None
+    memory_key: Optional[str] = None
     latency_s: Optional[Percentiles] = None
     breakdown_share: Optional[dict[str, Share]] = None
     last_mile_share: Share = None

@@ -5,18 +5,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import simpy
 
+from ..config.models import upper_tokens
 from ..errors import ConfigError
 from ..hardware.cpu import CorePool, CPUProcess
 from ..hardware.gpu import GPU
 from ..hardware.topology import LinkParams, Topology
 from ..observe.columns import Columns
 from ..observe.llm_metrics import ServingStats, build_result
+from ..observe.result import Result
 from ..observe.spans import SpanRecorder
 from ..units import fmt_bytes
 from ..workloads.llm import LLMCostModel, LLMShape
-from ..config.models import upper_tokens
 from ..workloads.arrivals import make_requests
 from .health import assess, overload_warning, was_cut
 from .llm_engine import Engine, Records, Replica, RequestTable
@@ -49,8 +51,17 @@ def check_parallel(scenario) -> None:
                           "set hardware.node_link (e.g. ib-400g)", path="hardware.node_link")
 
 
+class DoesNotFit(Exception):
+    """A layout whose model, activations or longest request do not fit in GPU memory: an outcome of
+    the run (``status: oom``, as for DiT layouts), not an input error, so a sweep keeps its row."""
+
+    def __init__(self, message: str, key: str, memory: dict):
+        super().__init__(message)
+        self.message, self.key, self.memory = message, key, memory
+
+
 def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
-    """KV-cache blocks per replica after weights and activations; a ConfigError if the model does not fit."""
+    """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit."""
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
     act = cost.peak_activation_bytes(sv.max_batched_tokens, sv.max_batch)
@@ -63,17 +74,17 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     if kv_bytes <= 0:
         budget = f"exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}"
         if weights >= usable:
-            raise ConfigError(f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights per GPU {budget}; "
-                              "raise parallel.tp or parallel.pp, or use a larger GPU", path="hardware.gpu.memory")
+            raise DoesNotFit(f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights per GPU {budget}; "
+                             "raise parallel.tp or parallel.pp, or use a larger GPU", "hardware.gpu.memory", memory)
         # the weights fit: the batch's activations (sized by the token budget and the batch) tip it over
         key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
-        raise ConfigError(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
-                          f"lower {key}, raise parallel.tp, or use a larger GPU", path=key)
+        raise DoesNotFit(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
+                         f"lower {key}, raise parallel.tp, or use a larger GPU", key, memory)
     per_block = cost.kv_bytes_per_token_per_gpu() * sv.block_size
     return int(kv_bytes // per_block), memory
 
 
-def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: int, key: str) -> None:
+def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: int, key: str, memory: dict) -> None:
     """Every request must be able to run alone: its prompt and output fit the KV cache and the batch budget.
 
     ``longest`` / ``longest_prompt`` bound the workload's requests; ``key`` is where they come from.
@@ -81,8 +92,8 @@ def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: i
     sv = scenario.serving
     blocks = math.ceil(longest / sv.block_size)
     if blocks > kv_blocks:
-        raise ConfigError(f"a request of {longest} tokens needs {blocks} KV blocks but the cache holds "
-                          f"{kv_blocks}; lower the token counts or add GPUs", path=key)
+        raise DoesNotFit(f"a request of {longest} tokens needs {blocks} KV blocks but the cache holds "
+                         f"{kv_blocks}; lower the token counts or add GPUs", key, memory)
     if not sv.chunked_prefill and longest_prompt > sv.max_batched_tokens:
         raise ConfigError(f"prompts of up to {longest_prompt} tokens exceed max_batched_tokens="
                           f"{sv.max_batched_tokens} without chunked prefill; set serving.chunked_prefill: true",
@@ -97,19 +108,33 @@ def build_cost(scenario) -> LLMCostModel:
                         p.tp, p.pp, link.bandwidth, link.latency, link.collective_bandwidth)
 
 
+def _oom_result(scenario, exc: DoesNotFit) -> Result:
+    """``status: oom``: nothing ran; the summary says what did not fit and which key to change."""
+    summary = {"kind": "llm", "scenario": scenario.name, "status": "oom",
+               "requests_total": scenario.workload.requests, "requests_completed": 0,
+               "memory_per_gpu_gib": exc.memory, "message": exc.message, "memory_key": exc.key}
+    empty = pd.DataFrame(index=pd.RangeIndex(0, name="request"))
+    return Result("llm", scenario, summary, empty, empty.copy(),
+                  pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
+
+
 def simulate(scenario):
-    """Run an LLM serving scenario to completion; returns a Result."""
+    """Run an LLM serving scenario to completion; returns a Result (``status: oom`` if it does not fit)."""
     check_parallel(scenario)
     cost = build_cost(scenario)
-    kv_blocks, memory = kv_capacity(scenario, cost)
     w = scenario.workload
-    if not w.trace:
-        prompt = upper_tokens(w.prompt_tokens)
-        check_requests_fit(scenario, kv_blocks, prompt + upper_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
-    specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
-    if w.trace:
-        check_requests_fit(scenario, kv_blocks, int((specs.prompt + specs.output).max()), int(specs.prompt.max()),
-                           "workload.trace")
+    try:
+        kv_blocks, memory = kv_capacity(scenario, cost)
+        if not w.trace:
+            prompt = upper_tokens(w.prompt_tokens)
+            check_requests_fit(scenario, kv_blocks, prompt + upper_tokens(w.output_tokens), prompt,
+                               "workload.prompt_tokens", memory)
+        specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
+        if w.trace:
+            check_requests_fit(scenario, kv_blocks, int((specs.prompt + specs.output).max()),
+                               int(specs.prompt.max()), "workload.trace", memory)
+    except DoesNotFit as exc:
+        return _oom_result(scenario, exc)
 
     env = simpy.Environment()
     hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel

@@ -40,8 +40,10 @@ def oom_result(sc: DiTScenario, need: float, have: float, strategy: str) -> Resu
         "kind": "dit", "scenario": sc.name, "status": "oom", **_identity(sc, sc.n_gpus, strategy),
         "memory_needed_gib": need / GIB, "memory_per_gpu_gib": need / GIB,
         "gpu_memory_gib": have / GIB,
-        "message": f"needs {need / GIB:.1f} GiB per GPU, the {sc.hardware.gpu.name} has "
-                   f"{have / GIB:.1f} GiB",
+        "message": f"does not fit in GPU memory: needs {need / GIB:.1f} GiB per GPU, the "
+                   f"{sc.hardware.gpu.name} has {have / GIB:.1f} GiB; use more GPUs or a strategy that "
+                   "shards the model",
+        "memory_key": "parallel",
         "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
         "last_mile_share": None, "requests_total": sc.workload.requests, "requests_completed": 0,
         "throughput": {"images_per_s": 0.0},
