@@ -13,10 +13,10 @@ from simulator.config.loader import load_scenario
 from simulator.hardware.collectives import allreduce_time
 from simulator.hardware.link import Fabric
 from simulator.hardware.topology import LinkParams, Topology
-from simulator.pipelines.llm_engine import Engine
-from simulator.pipelines.llm_frontend import Frontend
-from simulator.pipelines.llm_links import SAMPLED_ID_BYTES, ReplicaLinks
-from simulator.pipelines.llm_serving import build_cost
+from simulator.pipelines.llm.engine import Engine
+from simulator.pipelines.llm.frontend import Frontend
+from simulator.pipelines.llm.links import SAMPLED_ID_BYTES, ReplicaLinks
+from simulator.pipelines.llm.serving import build_cost
 
 PCIE = LinkParams(bandwidth=25e9, latency=5e-6, name="pcie")
 NV = LinkParams(bandwidth=400e9, latency=2e-6, name="nvlink", allreduce_bandwidth=300e9)

@@ -4,8 +4,8 @@ D2H copy of the sampled token ids. One Fabric transfer per stage and per stage b
 
 from __future__ import annotations
 
-from ..hardware.collectives import allreduce_split
-from ..hardware.topology import Topology
+from ...hardware.collectives import allreduce_split
+from ...hardware.topology import Topology
 
 SAMPLED_ID_BYTES = 8
 """Bytes per sampled token id copied to the host: int64, the dtype torch.argmax/topk return and

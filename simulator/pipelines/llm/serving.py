@@ -8,23 +8,23 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from ..config.models import upper_tokens
-from ..errors import ConfigError
-from ..hardware.cpu import CorePool, CPUProcess
-from ..hardware.gpu import GPU
-from ..hardware.topology import LinkParams, Topology
-from ..observe.columns import Columns
-from ..observe.llm_metrics import ServingStats, build_result
-from ..observe.result import Result
-from ..observe.spans import SpanRecorder
-from ..units import fmt_bytes
-from ..workloads.llm import LLMCostModel, LLMShape
-from ..workloads.arrivals import make_requests
-from .health import assess, overload_warning, was_cut
-from .llm_engine import Engine, Records, Replica, RequestTable
-from .llm_frontend import Frontend
-from .llm_links import ReplicaLinks
-from .llm_settings import EngineSettings, FrontendSettings
+from ...config.models import upper_tokens
+from ...errors import ConfigError
+from ...hardware.cpu import CorePool, CPUProcess
+from ...hardware.gpu import GPU
+from ...hardware.topology import LinkParams, Topology
+from ...observe.columns import Columns
+from ...observe.llm_metrics import ServingStats, build_result
+from ...observe.result import Result
+from ...observe.spans import SpanRecorder
+from ...units import fmt_bytes
+from ...workloads.arrivals import make_requests
+from ...workloads.llm import LLMCostModel, LLMShape
+from ..health import assess, overload_warning, was_cut
+from .engine import Engine, Records, Replica, RequestTable
+from .frontend import Frontend
+from .links import ReplicaLinks
+from .settings import EngineSettings, FrontendSettings
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}

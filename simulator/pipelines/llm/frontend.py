@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware.cpu import CPUProcess
-from ..hardware.topology import LinkParams
-from ..observe.records import BUFFERED, SENT
-from .llm_engine import RequestTable
-from .llm_settings import FrontendSettings
+from ...hardware.cpu import CPUProcess
+from ...hardware.topology import LinkParams
+from ...observe.records import BUFFERED, SENT
+from .engine import RequestTable
+from .settings import FrontendSettings
 
 
 class Frontend:

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..hardware.cpu import CPUProcess
-from ..observe.columns import Columns
-from ..observe.llm_metrics import EngineStats
-from ..observe.records import PREFILL_ONLY
-from .llm_links import ReplicaLinks
-from .llm_settings import EngineSettings
+from ...hardware.cpu import CPUProcess
+from ...observe.columns import Columns
+from ...observe.llm_metrics import EngineStats
+from ...observe.records import PREFILL_ONLY
+from .links import ReplicaLinks
+from .settings import EngineSettings
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
