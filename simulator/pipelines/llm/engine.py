@@ -12,7 +12,6 @@ step n still occupies a slot in n+1, as in real overlap schedulers).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +22,7 @@ from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.records import PREFILL_ONLY
 from .links import ReplicaLinks
+from .scheduler import Scheduler
 from .settings import EngineSettings
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -100,8 +100,7 @@ class Engine:
         self.cpu = settings.cpu
         self.table = table
         self.cost = cost
-        self.kv_total = kv_blocks
-        self.kv_free = kv_blocks
+        self.sched = Scheduler(table, settings, kv_blocks)
         self.kv_peak = 0
         self.kv_sum = 0.0
         self.proc = replica.proc
@@ -114,10 +113,6 @@ class Engine:
         recorder = self.recorder = records.recorder
         # Per-step KV blocks in use, for the trace's counter tracks (only when spans are recorded).
         self.kv_steps = Columns({"step": "i8", "kv": "i8"}) if recorder.enabled else None
-        self.waiting: deque[int] = deque()
-        self.running: list[int] = []
-        self.prefilling: list[int] = []
-        self._run_arr: np.ndarray | None = None
         self.outstanding = 0
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
@@ -128,104 +123,21 @@ class Engine:
 
     def enqueue(self, rid: int) -> None:
         """A tokenized request reaches this engine."""
-        self.waiting.append(rid)
+        self.sched.waiting.append(rid)
         self.outstanding += 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
-
-    # -- scheduling -------------------------------------------------------------------------
-
-    def _running_array(self) -> np.ndarray:
-        if self._run_arr is None:
-            self._run_arr = np.fromiter(self.running, dtype=np.int64, count=len(self.running))
-        return self._run_arr
-
-    def _schedule(self):
-        """Pick the next batch (decodes first, then chunks of prefills), allocating KV blocks.
-
-        Blocks always cover ceil(computed / block_size) tokens, so a decode needs a new block
-        exactly when its KV length is a multiple of the block size.
-        """
-        t, sv = self.table, self.sv
-        bs = sv.block_size
-        budget = sv.max_batched_tokens
-        run = self._running_array()
-        decode = run[t.computed[run] >= t.target[run]] if self.prefilling else run
-        if len(decode) > budget:
-            decode = decode[:budget]
-        comp = t.computed[decode]
-        need = comp % bs == 0
-        total = int(np.count_nonzero(need))
-        while total > self.kv_free and len(self.running) > 1:
-            victim = self.running.pop()
-            self._run_arr = None
-            self._preempt(victim)
-            keep = decode != victim
-            decode, comp, need = decode[keep], comp[keep], need[keep]
-            total = int(np.count_nonzero(need))
-        if total > self.kv_free:
-            decode, comp, total = decode[:0], comp[:0], 0
-        if total:
-            self.kv_free -= total
-            t.blocks[decode[need]] += 1
-        budget -= len(decode)
-
-        chunks: list[tuple[int, int, int]] = []
-        for rid in self.prefilling:
-            if budget <= 0:
-                break
-            rem = int(t.target[rid] - t.computed[rid])
-            n = min(rem, budget) if sv.chunked_prefill else rem
-            if n > budget or not self._alloc(rid, n):
-                continue
-            chunks.append((rid, int(t.computed[rid]), n))
-            budget -= n
-        while self.waiting and len(self.running) < sv.max_batch and budget > 0:
-            rid = self.waiting[0]
-            if t.computed[rid] == 0:
-                t.target[rid] = t.prompt[rid] + t.generated[rid]
-            rem = int(t.target[rid] - t.computed[rid])
-            n = min(rem, budget) if sv.chunked_prefill else rem
-            if n > budget or not self._alloc(rid, n):
-                break
-            self.waiting.popleft()
-            self.running.append(rid)
-            self._run_arr = None
-            self.prefilling.append(rid)
-            chunks.append((rid, int(t.computed[rid]), n))
-            budget -= n
-        if len(decode) == 0 and not chunks:
-            return None, None, None, None
-        return decode, comp, chunks, float(comp.sum()) + len(decode)
-
-    def _alloc(self, rid: int, n: int) -> bool:
-        t = self.table
-        need = -(-(int(t.computed[rid]) + n) // self.sv.block_size) - int(t.blocks[rid])
-        if need > self.kv_free:
-            return False
-        self.kv_free -= need
-        t.blocks[rid] += need
-        return True
-
-    def _preempt(self, rid: int) -> None:
-        """Recompute preemption: drop the request's KV and put it back at the head of the queue."""
-        t = self.table
-        self.kv_free += int(t.blocks[rid])
-        t.blocks[rid] = 0
-        t.computed[rid] = 0
-        t.preemptions[rid] += 1
-        if rid in self.prefilling:
-            self.prefilling.remove(rid)
-        self.waiting.appendleft(rid)
 
     # -- the loop ----------------------------------------------------------------------------
 
     def _launch(self):
         """Schedule and launch one step; returns the Step or None if there is nothing to run."""
         env, t = self.env, self.table
-        decode, comp, chunks, ctx = self._schedule()
-        if decode is None:
+        plan = self.sched.schedule()
+        if plan is None:
             return None
+        decode, comp, chunks = plan.decode, plan.comp, plan.chunks
+        ctx = float(comp.sum()) + len(decode)
         a0 = env.now
         batch = len(decode) + len(chunks)
         sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
@@ -243,13 +155,10 @@ class Engine:
         t.computed[decode] = comp + 1
         for rid, p, n in chunks:
             t.computed[rid] = p + n
-        if completes:
-            done = set(completes)
-            self.prefilling = [r for r in self.prefilling if r not in done]
         nan = float("nan")
         index = self.steps.append(a0=a0, a1=a1, g0=nan, g1=nan, comm=nan, d1=nan, batch=batch,
                                   decode=len(decode), prefill_tokens=new_tokens)
-        used = self.kv_total - self.kv_free
+        used = self.sched.kv_total - self.sched.kv_free
         self.kv_peak = max(self.kv_peak, used)
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
@@ -342,11 +251,7 @@ class Engine:
         if done.any():
             finished = emit[done]
             t.finished[finished] = True
-            fin = set(finished.tolist())
-            self.running = [r for r in self.running if r not in fin]
-            self._run_arr = None
-            self.kv_free += int(t.blocks[finished].sum())
-            t.blocks[finished] = 0
+            self.sched.finish(finished)
             self.outstanding -= len(finished)
         else:
             done = None
@@ -405,7 +310,7 @@ class Engine:
     def _loop(self):
         pending: Step | None = None
         while True:
-            if not self.running and not self.waiting and pending is None:
+            if not self.sched.running and not self.sched.waiting and pending is None:
                 yield from self._idle()
             step = self._launch()
             if self.sv.overlap == "async":

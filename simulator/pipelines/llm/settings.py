@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# vLLM's SchedulerConfig.long_prefill_token_threshold default (vllm/config/scheduler.py,
+# github.com/vllm-project/vllm commit 01230b40128e570a58e54e75f7e55c4d5cd9246d): 0, no clamp, so a
+# prompt chunk is limited by the token budget alone. vLLM sets it to 4% of max_model_len only when
+# max_num_partial_prefills > 1 (default 1); its V1 scheduler reads the threshold and nothing else
+# of the partial-prefill settings. No scenario key yet: ``serving.long_prefill_token_threshold``.
+LONG_PREFILL_TOKEN_THRESHOLD = 0
+
 
 @dataclass(frozen=True)
 class EngineSettings:
     """What one engine replica needs: batching limits, KV blocks, overlap, detokenizer placement,
-    stream interval, launch mode and the CPU cost profile (for scheduling and output work)."""
+    stream interval, launch mode and the CPU cost profile (for scheduling and output work).
+
+    ``long_prefill_token_threshold`` caps the tokens one request gets in a step (0: no cap), as
+    vLLM's scheduler does; it is vLLM's default until a scenario key sets it."""
 
     max_batch: int
     max_batched_tokens: int
@@ -19,6 +29,7 @@ class EngineSettings:
     stream_interval: int
     cuda_graphs: bool
     cpu: object  # a validated CPUCosts
+    long_prefill_token_threshold: int = LONG_PREFILL_TOKEN_THRESHOLD
 
     @classmethod
     def from_scenario(cls, scenario) -> "EngineSettings":
