@@ -90,6 +90,10 @@ class Scheduler:
         # 1. Running requests, in order: what each lacks, clamped, then cut by the budget.
         run = self._running_array()
         comp = t.computed[run]
+        if len(run) and (t.target[run] <= comp).all():
+            plan = self._decodes_only(run, comp, budget)
+            if plan is not None:
+                return plan
         want = np.maximum(t.target[run] - comp, 1)
         if threshold > 0:
             np.minimum(want, threshold, out=want)
@@ -128,7 +132,27 @@ class Scheduler:
                     chunks.append((int(r), int(c), int(n)))
                     budget -= int(n)
 
-        # 2. Waiting requests, in order, unless this step preempted.
+        return self._admit(decode, dcomp, chunks, budget, preempted)
+
+    def _decodes_only(self, run: np.ndarray, comp: np.ndarray, budget: int) -> Batch | None:
+        """Step 1 when every running request decodes and their blocks fit (the common step): the
+        same outcome as the general rule in a few array operations; None when it must preempt."""
+        t, bs = self.table, self.sv.block_size
+        k = min(len(run), budget)
+        ids, comp = run[:k], comp[:k]
+        need = (comp + bs) // bs - t.blocks[ids]  # blocks covering computed + 1 tokens
+        total = int(need.sum())
+        if total > self.kv_free:
+            return None
+        if total:
+            self.kv_free -= total
+            t.blocks[ids] += need
+        return self._admit(ids, comp, [], budget - k, False)
+
+    def _admit(self, decode: np.ndarray, dcomp: np.ndarray, chunks: list, budget: int,
+               preempted: bool) -> Batch | None:
+        """Step 2: waiting requests join, in order, unless this step preempted."""
+        t, sv, threshold = self.table, self.sv, self.sv.long_prefill_token_threshold
         if not preempted:
             while self.waiting and budget > 0 and len(self.running) < sv.max_batch:
                 rid = self.waiting[0]
