@@ -4,7 +4,9 @@ A family is one YAML file in ``scenarios/validation/``: ``family``, ``title``, `
 ``metric``, ``notes``, a ``base`` scenario and ``cases`` of ``{case, set, measured, note}``,
 where ``set`` holds dotted overrides of the base and ``measured`` is a number (for the
 family's metric), a mapping of metric to number (several metrics per case), or ``oom`` (the
-measurement ran out of memory). The measured figures live in the files, so validation needs
+measurement ran out of memory). A case with ``stage: k`` reads its metrics from the k-th block
+of the summary's ``stages`` (a run of ``workload.stages``, such as a load stage measured on a
+server that the previous stage had loaded). The measured figures live in the files, so validation needs
 nothing outside the repository at run time.
 """
 
@@ -56,6 +58,7 @@ class Case:
     overrides: dict
     measured: Any
     note: str = ""
+    stage: int | None = None  # read the metrics from this load stage's block (summary["stages"])
 
 
 @dataclass
@@ -112,7 +115,12 @@ def load_family(path: str | Path) -> Family:
         elif not (isinstance(measured, (int, float)) or str(measured).lower() == "oom"):
             raise ConfigError(f"measured must be a number, a mapping or 'oom', got {measured!r}",
                               file=str(p), path=f"{where}.measured")
-        fam.cases.append(Case(str(row["case"]), dict(row.get("set") or {}), measured, str(row.get("note", ""))))
+        stage = row.get("stage")
+        if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or stage < 0):
+            raise ConfigError(f"stage must be a stage index (0, 1, ...), got {stage!r}", file=str(p),
+                              path=f"{where}.stage")
+        fam.cases.append(Case(str(row["case"]), dict(row.get("set") or {}), measured, str(row.get("note", "")),
+                              stage))
     return fam
 
 
@@ -170,6 +178,12 @@ def _simulate_case(fam: Family, case: Case) -> list[dict]:
         return [dict(metric=fam.metric, predicted=math.nan, measured=float(case.measured), error_pct=math.inf,
                      note="simulator predicts OOM")]
     measured = case.measured if isinstance(case.measured, dict) else {fam.metric: case.measured}
+    if case.stage is not None:  # a load stage's own block: the same metric keys, over its requests
+        stages = s.get("stages") or []
+        if case.stage >= len(stages):
+            raise ConfigError(f"case {case.name!r}: stage {case.stage} but the run has {len(stages)} stages "
+                              "(workload.stages)", file=fam.path)
+        s = stages[case.stage]
     out = []
     for metric, value in measured.items():
         pred = _lookup(s, METRICS[metric][0])

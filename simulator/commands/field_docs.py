@@ -109,6 +109,13 @@ FIELD_DOCS: dict[str, str] = {
     "Workload.over_context": "A request longer than the model's context_length: error, or truncate its prompt.",
     "Workload.prompt_tokens": "Prompt length: a number or a distribution mapping.",
     "Workload.output_tokens": "Output length: a number or a distribution mapping.",
+    "Workload.stages": ("A load profile: stages played back to back, each sending int(rate x duration) requests "
+                        "with gaps from `arrival` (poisson, gamma or constant) scaled to fill the stage, as "
+                        "inference-perf's constant-rate stages do; later stages start on a loaded server. Sets "
+                        "`requests` to the total and replaces `rate`; the summary gains a `stages` block per "
+                        "stage, over the requests that arrived in it. At most 100 stages."),
+    "Stage.rate": "This stage's arrival rate.",
+    "Stage.duration": "How long this stage sends requests (at most a day).",
     "Distribution.dist": "fixed (value), uniform (low..high) or lognormal (median, sigma, optional max).",
     "Distribution.value": "Fixed token count.",
     "Distribution.low": "Uniform: smallest token count.",

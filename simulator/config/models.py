@@ -205,8 +205,32 @@ def upper_tokens(spec) -> int:
     return spec if isinstance(spec, int) else spec.upper
 
 
+MAX_STAGES = 100
+"""Most load stages a workload may hold (a load profile of 100 steps is already a fine ramp)."""
+
+
+class Stage(Strict):
+    """One stage of a load profile: ``int(rate x duration)`` requests at ``rate`` for ``duration``.
+
+    inference-perf (the load generator of ../shared/reference/vllm_serving_h100.csv) runs each stage
+    of its ``load.stages`` this way: ConstantLoadTimer sends ``int(rate * duration)`` requests whose
+    gaps are drawn and then scaled to fill the stage exactly (inference_perf/loadgen/load_timer.py)."""
+
+    rate: Rate
+    duration: PositiveSeconds
+
+    @property
+    def requests(self) -> int:
+        """Requests this stage sends: ``int(rate x duration)``, as inference-perf counts them."""
+        return int(self.rate * self.duration)
+
+
 class Workload(Strict):
-    """Who sends what, when: arrival process and prompt/output lengths (or a trace)."""
+    """Who sends what, when: arrival process and prompt/output lengths (or a trace).
+
+    With ``stages`` the run plays a load profile: the stages back to back, each at its own rate
+    (gaps drawn from ``arrival``), so a later stage starts on a server the earlier ones loaded;
+    ``requests`` is then the stages' total and ``rate`` is unused (null)."""
 
     requests: Count(10_000_000) = 200
     arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed", "trace"] = "poisson"
@@ -220,15 +244,45 @@ class Workload(Strict):
     over_context: Literal["error", "truncate_prompt"] = "error"
     prompt_tokens: TokenCount = 512
     output_tokens: TokenCount = 128
+    stages: Optional[Annotated[list[Stage], Field(min_length=1, max_length=MAX_STAGES)]] = None
 
     @model_validator(mode="after")
     def _check(self):
+        if self.stages is not None:
+            return self._check_stages()
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival 'closed' needs workload.concurrency")
         if self.arrival == "trace" and not self.trace:
             raise ValueError("arrival 'trace' needs workload.trace (a CSV path)")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
             raise ValueError(f"arrival '{self.arrival}' needs workload.rate")
+        return self
+
+    def _check_stages(self):
+        """Stages draw their gaps from an open-loop process; they fix the request count and the rates."""
+        if self.arrival not in ("poisson", "gamma", "constant"):
+            raise ConfigError(f"stages need an open-loop arrival (poisson, gamma or constant) to draw each "
+                              f"stage's gaps from, not {self.arrival!r}", path="workload.arrival")
+        if self.trace:
+            raise ConfigError("stages and a trace both set the arrival times; keep one", path="workload.stages")
+        empty = [i for i, s in enumerate(self.stages) if s.requests < 1]
+        if empty:
+            s = self.stages[empty[0]]
+            raise ConfigError(f"rate x duration is {s.rate * s.duration:g}, under one request; raise the rate or "
+                              "the duration", path=f"workload.stages.{empty[0]}")
+        total = sum(s.requests for s in self.stages)
+        if total > 10_000_000:
+            raise ConfigError(f"the stages send {total:,} requests, more than 10,000,000", path="workload.stages")
+        if "requests" in self.model_fields_set and self.requests != total:
+            raise ConfigError(f"{self.requests:,} differs from the stages' {total:,} requests (int(rate x duration) "
+                              "each); drop workload.requests", path="workload.requests")
+        if "rate" in self.model_fields_set and self.rate is not None:
+            raise ConfigError("each stage has its own rate; drop workload.rate (or set it to null)",
+                              path="workload.rate")
+        # Derived, not user-set: written without re-validation, so the resolved scenario
+        # (requests = total, rate = null) loads again as it is.
+        object.__setattr__(self, "requests", total)
+        object.__setattr__(self, "rate", None)
         return self
 
 

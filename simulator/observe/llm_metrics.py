@@ -193,6 +193,36 @@ def _itl_stalls(itl: np.ndarray) -> dict:
             "gaps_over_2x_median": int((itl > 2 * np.median(itl)).sum()) if len(itl) else 0}
 
 
+def request_stages(workload, n: int) -> np.ndarray | None:
+    """The load stage each of the first n requests arrived in; None without ``workload.stages``.
+
+    Requests are numbered in arrival order and each stage sends ``Stage.requests`` of them
+    (``workloads.arrivals.staged_times``), so stage k holds a contiguous block of ids."""
+    if not workload.stages:
+        return None
+    counts = [s.requests for s in workload.stages]
+    return np.repeat(np.arange(len(counts)), counts)[:n]
+
+
+def stage_summaries(workload, arrival: np.ndarray, done: np.ndarray, good: np.ndarray, ttft, tpot, e2e) -> list[dict]:
+    """One block per load stage (``workload.stages``), over the requests that ARRIVED in it.
+
+    A request that arrived late in stage k and finished in stage k+1 counts in stage k: that is
+    how inference-perf files its ``stage_N_lifecycle_metrics.json`` (by the stage that sent it)."""
+    stage = request_stages(workload, len(arrival))
+    out, start = [], 0.0
+    for k, spec in enumerate(workload.stages):
+        sent = stage == k
+        ids = np.flatnonzero(sent & done)
+        out.append({"rate": spec.rate, "start_s": start, "duration_s": spec.duration, "requests": int(sent.sum()),
+                    "requests_completed": int(len(ids)),
+                    "ttft_ms": stats_of(ttft[ids], 1e3), "tpot_ms": stats_of(tpot[ids], 1e3),
+                    "e2e_ms": stats_of(e2e[ids], 1e3),
+                    "slo_attainment": float(good[ids].sum()) / len(ids) if len(ids) else None})
+        start += spec.duration
+    return out
+
+
 def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
                  horizon) -> Result:
     """Assemble the per-request frame, the breakdown, the summary and the trace."""
@@ -232,6 +262,8 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "kv_cache": _kv_summary(stats, kv_blocks),
         "memory_per_gpu_gib": memory, "steps": int(steps.size), "preemptions": int(t.preemptions.sum()),
     }
+    if scenario.workload.stages:
+        summary["stages"] = stage_summaries(scenario.workload, t.arrival, done, good, ttft, tpot, e2e)
     spans = recorder.frame()
     trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
                          request_flows(stats, t, steps, rows, done)) if recorder.enabled else []

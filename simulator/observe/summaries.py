@@ -85,6 +85,21 @@ class LLMMemory(_Summary):
     capacity_gib: float
 
 
+class StageSummary(_Summary):
+    """One load stage (``workload.stages``) over the requests that arrived in it: the stage's
+    rate and time window, how many it sent and completed, and their latencies."""
+
+    rate: float
+    start_s: float
+    duration_s: float
+    requests: int
+    requests_completed: int
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+    slo_attainment: Share
+
+
 class LLMSummary(RunSummary):
     """An LLM serving run (``kind: llm``). A layout that does not fit in GPU memory (``status: oom``)
     ran nothing: it has the memory split, the ``message`` and the ``memory_key`` to change instead
@@ -109,6 +124,7 @@ class LLMSummary(RunSummary):
     kv_cache: Optional[KVCache] = None
     steps: Optional[int] = None
     preemptions: Optional[int] = None
+    stages: Optional[list[StageSummary]] = None
 
     @field_validator("breakdown_share")
     @classmethod

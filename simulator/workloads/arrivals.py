@@ -94,8 +94,40 @@ ARRIVALS: dict[str, Arrival] = {"poisson": Poisson(), "gamma": Gamma(), "constan
 """Arrival processes by their ``workload.arrival`` name (``trace`` replays a file's own times)."""
 
 
+def staged_times(workload, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s, the first at 0) of a load profile: ``workload.stages`` back to back.
+
+    Stage k sends ``int(rate_k x duration_k)`` requests whose gaps (drawn from ``workload.arrival``
+    at rate_k) are scaled to sum to duration_k, so the stage ends exactly when the next begins.
+    This is inference-perf's ConstantLoadTimer (inference_perf/loadgen/load_timer.py: exponential
+    intervals "normalized to sum to the duration"), the generator behind its ``type: constant``
+    stages; with ``arrival: constant`` the gaps are even. The whole profile is then shifted so its
+    first request arrives at 0, like every other process here."""
+    process = ARRIVALS[workload.arrival]
+    out, start = [], 0.0
+    for stage in workload.stages:
+        n = stage.requests
+        gaps = np.diff(process.times(_AtRate(workload, stage.rate), n + 1, rng))
+        out.append(start + np.cumsum(gaps * (stage.duration / gaps.sum())))
+        start += stage.duration
+    times = np.concatenate(out)
+    return times - times[0]
+
+
+class _AtRate:
+    """A workload seen at one stage's rate (its other fields, such as burstiness, unchanged)."""
+
+    def __init__(self, workload, rate: float):
+        self._workload, self.rate = workload, rate
+
+    def __getattr__(self, name):
+        return getattr(self._workload, name)
+
+
 def arrival_times(workload, n: int, rng: np.random.Generator) -> np.ndarray:
     """Arrival times (s, the first at 0) of n requests; NaN where the closed loop decides."""
+    if workload.stages:
+        return staged_times(workload, rng)[:n]
     process = ARRIVALS.get(workload.arrival)
     if process is None:
         raise ValueError(f"arrival {workload.arrival!r} needs a trace")
@@ -110,7 +142,7 @@ def open_loop_arrivals(workload, rng: np.random.Generator) -> np.ndarray | None:
                           f"(use {', '.join(ARRIVALS)})", path="workload.arrival")
     if not process.open_loop:
         return None
-    return process.times(workload, workload.requests, rng)
+    return arrival_times(workload, workload.requests, rng)
 
 
 def sample_tokens(spec, n: int, rng: np.random.Generator) -> np.ndarray:
