@@ -57,6 +57,7 @@ def test_no_stages_means_no_stage_ids():
     ({"stages": [{"rate": "1/s", "duration": "25 h"}]}, "workload.stages.0.duration"),
     ({"stages": [{"rate": "1/s", "duration": "2 s"}] * 101}, "workload.stages"),
     ({"stages": [{"rate": "1000000/s", "duration": "86400 s"}]}, "workload.stages"),
+    ({"trace": "trace.csv"}, "workload.stages"),
 ])
 def test_bad_stages_are_one_line_errors(over, path):
     with pytest.raises(ConfigError) as err:
