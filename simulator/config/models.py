@@ -275,7 +275,7 @@ class Workload(Strict):
             raise ConfigError(f"the stages send {total:,} requests, more than 10,000,000", path="workload.stages")
         if "requests" in self.model_fields_set and self.requests != total:
             raise ConfigError(f"{self.requests:,} differs from the stages' {total:,} requests (int(rate x duration) "
-                              "each); drop workload.requests", path="workload.requests")
+                              "each); set it to {total} or drop it", path="workload.requests")
         if "rate" in self.model_fields_set and self.rate is not None:
             raise ConfigError("each stage has its own rate; drop workload.rate (or set it to null)",
                               path="workload.rate")

@@ -57,10 +57,24 @@ def format_llm(result) -> str:
         "",
         "  utilization: " + ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in s["utilization"].items()),
         f"  KV cache: peak {_n(s['kv_cache']['peak_occupancy'], '.1f', 100)}%, mean "
-        f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'])} blocks; "
+        f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'], ',.0f')} blocks; "
         f"weights {_n(s['memory_per_gpu_gib']['weights_gib'], '.1f')} GiB/GPU",
     ]
+    lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
+
+
+def _stage_lines(stages) -> list[str]:
+    """One line per load stage (requests filed by the stage they arrived in), when there are stages."""
+    if not stages:
+        return []
+    out = ["", f"  {'stage':<6} {'rate/s':>7} {'start s':>8} {'requests':>9} {'TTFT ms':>9} {'TPOT ms':>9} "
+                f"{'E2E ms':>9}  (means)"]
+    for i, st in enumerate(stages):
+        out.append(f"  {i:<6} {_n(st['rate'], '7.2f')} {_n(st['start_s'], '8.1f')} "
+                   f"{st['requests_completed']:>4}/{st['requests']:<4} {_n(st['ttft_ms']['mean'], '9.2f')} "
+                   f"{_n(st['tpot_ms']['mean'], '9.2f')} {_n(st['e2e_ms']['mean'], '9.1f')}")
+    return out
 
 
 def format_summary(result) -> str:
