@@ -173,3 +173,9 @@ def test_token_pipeline_llm_given_as_a_mapping_is_the_llm_catalogs():
     assert load_scenario(causal, {"model.layers": 16}).arch.layers == 16
     with pytest.raises(ConfigError, match=r"model.laers: unknown key 'laers' \(did you mean 'layers'\?\)"):
         load_scenario(causal, {"model.laers": 16})
+
+
+def test_a_misspelt_required_key_is_named_as_the_typo():
+    with pytest.raises(ConfigError, match=r"workload.stages.0.durration: unknown key 'durration' "
+                                          r"\(did you mean 'duration'\?\)"):
+        load_scenario(None, {"workload.stages": [{"rate": 4, "durration": 20}]})

@@ -161,19 +161,28 @@ def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
     """Field names of the (nested) model reached by ``loc``, for did-you-mean suggestions."""
     current: Any = model
     for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+        if isinstance(part, int):
+            continue  # an item of a list of models: the model found below the list's annotation
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return []
         field = current.model_fields.get(part)
         if field is None:
             return []
-        current = field.annotation
-        for arg in typing.get_args(current) or ():
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                current = arg
-                break
+        current = _model_inside(field.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
         return list(current.model_fields)
     return []
+
+
+def _model_inside(annotation: Any) -> Any:
+    """The pydantic model an annotation holds, through Optional, list and Annotated; else the annotation."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation) or ():
+        found = _model_inside(arg)
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            return found
+    return annotation
 
 
 _LOC_NOISE = ("int", "float", "Distribution", "constrained-int", "count", "distribution", "is-instance", "str")
@@ -186,7 +195,9 @@ def _clean_loc(loc: tuple) -> tuple:
 
 
 def _format_validation(exc: ValidationError, model: type[BaseModel]) -> ConfigError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # a misspelt key is both unknown and, under its right name, missing: name the typo
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = _clean_loc(err["loc"])
     path = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
