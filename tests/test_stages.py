@@ -126,3 +126,9 @@ def test_validation_bad_stage_names_the_key(tmp_path, stage):
 def test_validation_stage_beyond_the_run_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="stage 2"):
         run_family(load_family(_family(tmp_path, 2)))
+
+
+def test_a_request_count_that_contradicts_the_stages_says_what_to_set():
+    with pytest.raises(ConfigError, match=r"workload.requests: 600 differs from the stages' 80 requests "
+                                          r"\(int\(rate x duration\) each\); set it to 80 or drop it"):
+        load_scenario(None, {"workload.stages": [{"rate": 4, "duration": 20}]})

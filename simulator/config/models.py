@@ -190,7 +190,7 @@ class Distribution(Strict):
 
 
 def _token_count_branch(value) -> str:
-    return "distribution" if isinstance(value, dict) or isinstance(value, Distribution) else "count"
+    return "distribution" if isinstance(value, (dict, Distribution)) else "count"
 
 
 # A number, or a distribution mapping: the branch is chosen by the input's type, so an error
@@ -204,6 +204,9 @@ def upper_tokens(spec) -> int:
     """The largest token count a workload's ``prompt_tokens``/``output_tokens`` can produce."""
     return spec if isinstance(spec, int) else spec.upper
 
+
+MAX_REQUESTS = 10_000_000
+"""Most requests one run may simulate (a day of a large deployment at over 100 requests/s)."""
 
 MAX_STAGES = 100
 """Most load stages a workload may hold (a load profile of 100 steps is already a fine ramp)."""
@@ -232,7 +235,7 @@ class Workload(Strict):
     (gaps drawn from ``arrival``), so a later stage starts on a server the earlier ones loaded;
     ``requests`` is then the stages' total and ``rate`` is unused (null)."""
 
-    requests: Count(10_000_000) = 200
+    requests: Count(MAX_REQUESTS) = 200
     arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed", "trace"] = "poisson"
     rate: Optional[Rate] = 4.0
     burstiness: Annotated[Number, Field(ge=0.01, le=100)] = 1.0
@@ -271,11 +274,11 @@ class Workload(Strict):
             raise ConfigError(f"rate x duration is {s.rate * s.duration:g}, under one request; raise the rate or "
                               "the duration", path=f"workload.stages.{empty[0]}")
         total = sum(s.requests for s in self.stages)
-        if total > 10_000_000:
-            raise ConfigError(f"the stages send {total:,} requests, more than 10,000,000", path="workload.stages")
+        if total > MAX_REQUESTS:
+            raise ConfigError(f"the stages send {total:,} requests, more than {MAX_REQUESTS:,}", path="workload.stages")
         if "requests" in self.model_fields_set and self.requests != total:
             raise ConfigError(f"{self.requests:,} differs from the stages' {total:,} requests (int(rate x duration) "
-                              "each); set it to {total} or drop it", path="workload.requests")
+                              f"each); set it to {total} or drop it", path="workload.requests")
         if "rate" in self.model_fields_set and self.rate is not None:
             raise ConfigError("each stage has its own rate; drop workload.rate (or set it to null)",
                               path="workload.rate")
