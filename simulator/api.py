@@ -18,6 +18,11 @@ def _source_name(scenario) -> str:
     return "<default scenario>" if scenario is None else "<dict>"
 
 
+def _named(exc: ConfigError, scenario) -> ConfigError:
+    """The same error, naming the scenario's source where it names no file of its own."""
+    return ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path)
+
+
 def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):
     """Load and validate a scenario, then check what its kind can know before simulating.
 
@@ -30,7 +35,7 @@ def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mappi
         try:
             check(sc)
         except ConfigError as exc:
-            raise ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path) from None
+            raise _named(exc, scenario) from None
     return sc
 
 
@@ -48,4 +53,4 @@ def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, An
     try:
         return simulate(sc)
     except ConfigError as exc:
-        raise ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path) from None
+        raise _named(exc, scenario) from None

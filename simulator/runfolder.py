@@ -26,11 +26,15 @@ def safe_name(name: str) -> str:
     return slug[:80] or "run"
 
 
+def _written_by_a_run(p: Path) -> bool:
+    return p.is_file() and (p.name in RUN_FILES or p.suffix == ".png")
+
+
 def is_run_folder(path: Path) -> bool:
     """Whether ``path`` holds a previous run's files and nothing else."""
     if not (path / "summary.json").is_file() or not (path / "scenario.yaml").is_file():
         return False
-    return all(p.is_file() and (p.name in RUN_FILES or p.suffix == ".png") for p in path.iterdir())
+    return all(_written_by_a_run(p) for p in path.iterdir())
 
 
 def check_out(out: Path) -> None:
@@ -61,7 +65,7 @@ def default_out(name: str, root: Path = Path("runs")) -> Path:
 def _remove_run_folder(path: Path) -> None:
     """Delete a previous run folder's own files, then the folder; anything else stays."""
     for p in path.iterdir():
-        if p.is_file() and (p.name in RUN_FILES or p.suffix == ".png"):
+        if _written_by_a_run(p):
             p.unlink()
     path.rmdir()
 

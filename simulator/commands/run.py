@@ -31,7 +31,7 @@ def main(args) -> int:
     result = run(args.scenario, overrides)
     s = result.summary
     if s.get("status") == "oom":  # an outcome in a sweep; for one run there is nothing to show
-        raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s.get("memory_key", "parallel"))
+        raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s["memory_key"])
     out = None
     if not args.no_write:
         out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name))

@@ -59,10 +59,12 @@ PositiveSeconds = Annotated[float, _parser("time"), AfterValidator(_positive), _
 Horizon = Annotated[float, _parser("time"), AfterValidator(_positive), _at_most(1e8, "1e8 s (about 3 years)"),
                     _AS_FLOAT]
 Bytes = Annotated[float, _parser("bytes"), AfterValidator(_positive), _at_most(1e15, "1 PB"), _AS_FLOAT]
-Bandwidth = Annotated[float, _parser("bandwidth"), AfterValidator(_positive), _at_least(1e3, "1 kB/s"), _at_most(1e16, "10 PB/s"),
-                      _AS_FLOAT]
-Flops = Annotated[float, _parser("flops"), AfterValidator(_positive), _at_least(1e9, "1 GFLOP/s"), _at_most(1e18, "1 EFLOP/s"), _AS_FLOAT]
-Rate = Annotated[float, _parser("rate"), AfterValidator(_positive), _at_least(1e-6, "1e-6/s"), _at_most(1e6, "1e6/s"), _AS_FLOAT]
+Bandwidth = Annotated[float, _parser("bandwidth"), AfterValidator(_positive), _at_least(1e3, "1 kB/s"),
+                      _at_most(1e16, "10 PB/s"), _AS_FLOAT]
+Flops = Annotated[float, _parser("flops"), AfterValidator(_positive), _at_least(1e9, "1 GFLOP/s"),
+                  _at_most(1e18, "1 EFLOP/s"), _AS_FLOAT]
+Rate = Annotated[float, _parser("rate"), AfterValidator(_positive), _at_least(1e-6, "1e-6/s"),
+                 _at_most(1e6, "1e6/s"), _AS_FLOAT]
 
 
 def _no_bool(v):

@@ -105,19 +105,19 @@ def check_trace(scenario) -> None:
     context = getattr(scenario.model, "context_length", None)
     if context is None:
         return
-    prompt = df["num_prefill_tokens"].to_numpy()
     output = df["num_decode_tokens"].to_numpy()
-    limit_output = context - 1 if w.over_context == "truncate_prompt" else None
-    if limit_output is not None:
-        row = _first(output > limit_output)
-        what = f"num_decode_tokens {{}} leave no room for a prompt in {scenario.model.name}'s {context:,}-token context"
-    else:
-        row = _first(prompt + output > context)
-        what = (f"prompt + output = {{}} tokens exceed {scenario.model.name}'s {context:,}-token context; "
-                "set workload.over_context: truncate_prompt to cut prompts to fit (as Vidur does)")
+    window = f"{scenario.model.name}'s {context:,}-token context"
+    if w.over_context == "truncate_prompt":  # prompts are cut to fit; an output alone must leave room
+        row = _first(output >= context)
+        if row is not None:
+            raise _fail(Path(w.trace), row, f"num_decode_tokens {output[row]:,} leave no room for a prompt in "
+                                            f"{window}")
+        return
+    total = df["num_prefill_tokens"].to_numpy() + output
+    row = _first(total > context)
     if row is not None:
-        value = output[row] if limit_output is not None else prompt[row] + output[row]
-        raise ConfigError(f"trace {name} row {row + 2}: " + what.format(f"{value:,}"), path=KEY)
+        raise _fail(Path(w.trace), row, f"prompt + output = {total[row]:,} tokens exceed {window}; set "
+                                        "workload.over_context: truncate_prompt to cut prompts to fit (as Vidur does)")
 
 
 def fit_to_context(prompt: np.ndarray, output: np.ndarray, context: int | None, over_context: str) -> np.ndarray:

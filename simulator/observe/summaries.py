@@ -33,7 +33,7 @@ class Percentiles(_Summary):
 
 def _categories(names: tuple[str, ...]):
     def check(value: dict) -> dict:
-        if tuple(value) != names:
+        if value is not None and tuple(value) != names:
             raise ValueError(f"breakdown categories must be {', '.join(names)}, got {', '.join(value)}")
         return value
     return check
@@ -48,6 +48,8 @@ class RunSummary(_Summary):
     requests_total: Optional[int] = None
     requests_completed: Optional[int] = None
     warnings: list[str] = []
+    message: Optional[str] = None  # status oom: what did not fit
+    memory_key: Optional[str] = None  # status oom: the scenario key to change
 
 
 class Throughput(_Summary):
@@ -107,8 +109,6 @@ class LLMSummary(RunSummary):
 
     kind: Literal["llm"]
     memory_per_gpu_gib: LLMMemory
-    message: Optional[str] = None
-    memory_key: Optional[str] = None
     duration_s: Optional[float] = None
     ttft_ms: Optional[Percentiles] = None
     itl_ms: Optional[Percentiles] = None
@@ -126,10 +126,7 @@ class LLMSummary(RunSummary):
     preemptions: Optional[int] = None
     stages: Optional[list[StageSummary]] = None
 
-    @field_validator("breakdown_share")
-    @classmethod
-    def _breakdown(cls, value):
-        return value if value is None else _categories(LLM_CATEGORIES)(value)
+    _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
 
     @model_validator(mode="after")
     def _metrics_unless_oom(self):
@@ -164,8 +161,6 @@ class DiTSummary(RunSummary):
     strategy: str
     memory_needed_gib: float
     gpu_memory_gib: Optional[float] = None
-    message: Optional[str] = None
-    memory_key: Optional[str] = None
     latency_s: Optional[Percentiles] = None
     breakdown_share: Optional[dict[str, Share]] = None
     last_mile_share: Share = None
@@ -174,10 +169,7 @@ class DiTSummary(RunSummary):
     comm_bytes_per_gpu: Optional[float] = None
     utilization: Optional[DiTUtilization] = None
 
-    @field_validator("breakdown_share")
-    @classmethod
-    def _breakdown(cls, value):
-        return value if value is None else _categories(DIT_CATEGORIES)(value)
+    _breakdown = field_validator("breakdown_share")(_categories(DIT_CATEGORIES))
 
 
 class TokenPipelineSummary(RunSummary):

@@ -39,7 +39,7 @@ class Step:
     only_prefill: np.ndarray
     label: str
     kv_used: int
-    done: simpy.Event
+    done: simpy.Event | None = None  # triggers when the sampled ids reach the host (set at launch)
     gpu_done: simpy.Event | None = None  # made only when the next step has to wait for this GPU work
     g0: float | None = None
     g1: float | None = None
@@ -118,6 +118,9 @@ class Engine:
         self.gpu_busy = 0.0
         self.launch_cost = cost.gpu.launch_time(cost.kernels_per_step(), settings.cuda_graphs)
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
+        # Nothing can delay a step once launched (no TP/PP traffic, a booked D2H): its times are
+        # closed forms, computed at launch, whenever the previous step's GPU end is known.
+        self._closed_form = self.links.d2h_booked and not self.links.has_comm
         self._wake = None
         env.process(self._loop())
 
@@ -162,12 +165,13 @@ class Engine:
         self.kv_peak = max(self.kv_peak, used)
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
-                    f"step {index} ({len(decode)}d+{new_tokens}p)", used, env.event())
+                    f"step {index} ({len(decode)}d+{new_tokens}p)", used)
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
-        if self.links.d2h_booked and not self.links.has_comm and (prev is None or prev.g1 is not None):
+        if self._closed_form and (prev is None or prev.g1 is not None):
             self._gpu_closed_form(step, a1, launched, step_cost.compute, sampled, category)
         else:
+            step.done = env.event()
             env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
                                       len(decode) + new_tokens, sampled, category))
         return step
