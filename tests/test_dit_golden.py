@@ -4,6 +4,12 @@ The expected values are the outputs of the model BEFORE that refactor (commit c2
 if-chain ``DiTModel._task`` and ``memory_per_gpu`` of ``simulator/pipelines/dit.py``), for the
 shipped scenario files named. Any change beyond 1e-9 relative is a modelling change and must be
 argued for, not absorbed by editing these figures.
+
+Modelling changes since, argued in their issues: issue 11 gave the H100 a measured HBM fraction
+(0.866) and Hopper's warp-specialized GEMM main loop; the H100 scenarios run here with the GPU
+figures of the time (``H100_THEN``), so these figures still guard the refactor alone. The causal
+token pipeline's LLM step became vLLM V1's kernel list with paged decode attention (issue 11):
+its figure moved from 1.0853078470873934 s by -0.08%.
 """
 
 from __future__ import annotations
@@ -37,13 +43,16 @@ PRE_REFACTOR = {
 }
 
 TOKEN_PIPELINE_PRE_REFACTOR = {"token-pipeline-dit.yaml": 0.40104683389967793,
-                               "token-pipeline-causal.yaml": 1.0853078470873934}
+                               "token-pipeline-causal.yaml": 1.0844396480666196}
+
+H100_THEN = {"hardware.gpu.achievable.hbm": 0.834, "hardware.gpu.gemm_mainloop": "multistage"}
+"""The H100 as the catalog had it when these figures were taken (before issue 11)."""
 
 
 @pytest.mark.parametrize("name", sorted(PRE_REFACTOR))
 def test_dit_scenario_figures_are_unchanged(name):
     latency, memory_gib, comm_bytes, strategy = PRE_REFACTOR[name]
-    s = simulate_dit(load_scenario(SCENARIOS / name)).summary
+    s = simulate_dit(load_scenario(SCENARIOS / name, H100_THEN if "h100" in name else None)).summary
     assert s["latency_s"]["mean"] == pytest.approx(latency, rel=1e-9, abs=0)
     assert s["memory_per_gpu_gib"] == pytest.approx(memory_gib, rel=1e-9, abs=0)
     assert s["comm_bytes_per_gpu"] == pytest.approx(comm_bytes, rel=1e-9, abs=1e-9)

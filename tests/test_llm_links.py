@@ -10,6 +10,7 @@ import simpy
 
 import simulator
 from simulator.config.loader import load_scenario
+from simulator.hardware.allreduce import AllReduceLink, NCCLAllReduce
 from simulator.hardware.collectives import allreduce_time
 from simulator.hardware.link import Fabric
 from simulator.hardware.topology import LinkParams, Topology
@@ -20,6 +21,12 @@ from simulator.pipelines.llm.serving import build_cost
 
 PCIE = LinkParams(bandwidth=25e9, latency=5e-6, name="pcie")
 NV = LinkParams(bandwidth=400e9, latency=2e-6, name="nvlink", allreduce_bandwidth=300e9)
+
+
+def nccl_parts(link: LinkParams, n: int, bytes_per_token: float):
+    """tokens -> (fixed, transfer seconds) of one NCCL all-reduce over ``link``."""
+    ar = AllReduceLink(link.latency, link.collective_bandwidth, 0.0, 1.0, 0.0, 1.0, True)
+    return lambda t: NCCLAllReduce().parts(bytes_per_token * t, n, ar)
 
 
 def _run(env, log, name, gen):
@@ -45,7 +52,8 @@ def test_d2h_and_allreduce_share_a_pcie_port():
     """On a PCIe-only box the D2H of sampled ids and a TP all-reduce cross GPU 0's PCIe tx port."""
     env = simpy.Environment()
     topo = Topology(env, 2, 8, gpu_link=None, host_link=PCIE)
-    links = ReplicaLinks(topo, [[0, 1]], layers=1, activation_bytes=lambda t: 1e6 * t)
+    links = ReplicaLinks(topo, [[0, 1]], layers=1, activation_bytes=lambda t: 1e6 * t,
+                         allreduce_parts=nccl_parts(PCIE, 2, 1e6))
     log = []
     _run(env, log, "allreduce", links.step_comm(1, "s"))   # 2 all-reduces of 1 MB: 2 MB on the wire per GPU
     _run(env, log, "d2h", links.d2h(125_000, "d2h"))        # 1 MB of int64 ids
@@ -67,7 +75,8 @@ def test_step_comm_on_an_idle_fabric_is_the_cost_models_closed_form():
     cost = build_cost(sc)
     env = simpy.Environment()
     topo = Topology.from_hardware(env, sc.hardware, 8)
-    links = ReplicaLinks(topo, [[0, 1, 2, 3], [4, 5, 6, 7]], sc.model.layers, cost.activation_bytes)
+    links = ReplicaLinks(topo, [[0, 1, 2, 3], [4, 5, 6, 7]], sc.model.layers, cost.activation_bytes,
+                         cost.allreduce_parts)
     _run(env, [], "comm", links.step_comm(256, "s"))
     env.run()
     assert env.now == pytest.approx(cost.comm_time(256), rel=1e-12)
@@ -76,7 +85,8 @@ def test_step_comm_on_an_idle_fabric_is_the_cost_models_closed_form():
 def test_allreduce_capped_at_bus_bandwidth_matches_the_closed_form():
     env = simpy.Environment()
     topo = Topology(env, 4, 8, gpu_link=NV, host_link=PCIE)
-    links = ReplicaLinks(topo, [[0, 1, 2, 3]], layers=3, activation_bytes=lambda t: 1e5 * t)
+    links = ReplicaLinks(topo, [[0, 1, 2, 3]], layers=3, activation_bytes=lambda t: 1e5 * t,
+                         allreduce_parts=nccl_parts(LinkParams(NV.bandwidth, NV.latency, "nv", 300e9), 4, 1e5))
     _run(env, [], "comm", links.step_comm(10, "s"))
     env.run()
     assert env.now == pytest.approx(2 * 3 * allreduce_time(1e6, 4, 300e9, NV.latency), rel=1e-12)

@@ -26,8 +26,9 @@ TOLERANCE = {
     ("llm_decode_batch1", "tpot_ms"): (10, 15),
     ("llm_first_token", "ttft_ms"): (10, 15),
     ("llm_max_throughput", "output_tokens_per_s"): (10, 28),   # L40S FP8 compute-bound rows: see notes
-    ("llm_online_serving", "ttft_ms"): (25, 35),                # no Triton/gRPC front-end model: see notes
-    ("llm_online_serving", "itl_ms"): (15, 25),
+    # no Triton/gRPC front-end or TensorRT-LLM v0.14 executor host time per step: see notes
+    ("llm_online_serving", "ttft_ms"): (30, 42),
+    ("llm_online_serving", "itl_ms"): (18, 36),
     ("llm_online_serving", "output_tokens_per_s"): (10, 15),
     ("image_encode", "encode_s"): (10, 25),
     # DiT families miss the 25% row target (see the README's fidelity notes); these bounds
@@ -35,11 +36,11 @@ TOLERANCE = {
     ("dit_pixart_strategies", "latency_s"): (25, 55),
     ("dit_pipefusion_patches", "latency_s"): (15, 30),
     ("dit_scaling_a100", "latency_s"): (30, 75),  # out of sample (not in ../shared/reference)
-    # A live vLLM under load (issue 11): what it meets before the issue's step work; the 20 req/s
-    # stages saturate in the simulator (TTFT of seconds), see the family's notes.
-    ("vllm_serving_h100", "ttft_ms"): (50, 46_000),
-    ("vllm_serving_h100", "tpot_ms"): (25, 105),
-    ("vllm_serving_h100", "e2e_ms"): (25, 1_100),
+    # A live vLLM under load (issue 11): what it meets after the issue's step work; the 20 req/s
+    # stages still saturate in the simulator (TTFT of seconds), see the family's notes.
+    ("vllm_serving_h100", "ttft_ms"): (42, 34_000),
+    ("vllm_serving_h100", "tpot_ms"): (18, 80),
+    ("vllm_serving_h100", "e2e_ms"): (21, 810),
 }
 
 

@@ -39,6 +39,9 @@ FIELD_DOCS: dict[str, str] = {
     "Achievable.hbm": "Fraction of peak HBM bandwidth a streaming kernel reaches.",
     "GPUSpec.kernel_overhead": "GPU-side fixed cost of each kernel launched from a CUDA graph.",
     "GPUSpec.launch_overhead": "CPU-side cost of each eager kernel launch.",
+    "GPUSpec.gemm_mainloop": "GEMM main loop its kernels run: multistage (Ampere/Ada: a wave's loads and "
+                             "math partly serialize) or warp_specialized (Hopper+: they overlap but for the "
+                             "pipeline fill).",
     "GPUSpec.gpu_link": "The GPU's own GPU-to-GPU link (catalog name), the default of hardware.gpu_link.",
     "GPUSpec.host_link": "The GPU's own host link (catalog name), the default of hardware.host_link.",
     "GPUSpec.sources": "Where each figure comes from (field -> text); not used by the model.",
@@ -48,6 +51,13 @@ FIELD_DOCS: dict[str, str] = {
     "LinkSpec.latency": "One-way latency of a transfer.",
     "LinkSpec.achievable": "Fraction of the nominal bandwidth a bulk copy reaches.",
     "LinkSpec.allreduce_busbw": "Measured all-reduce bus bandwidth (NCCL), where known; caps the collective.",
+    "LinkSpec.fully_connected": "Every GPU reaches every other directly (NVSwitch), as peer-access "
+                                "all-reduce kernels need beyond two GPUs.",
+    "LinkSpec.kernel_allreduce": "Measured custom all-reduce kernels on this link (one-shot and two-shot).",
+    "KernelAllReduceSpec.oneshot_latency": "Fixed cost of a one-shot all-reduce (launch and two barriers).",
+    "KernelAllReduceSpec.oneshot_bandwidth": "Rate at which each GPU reads its n-1 peers' buffers in one-shot.",
+    "KernelAllReduceSpec.twoshot_latency": "Fixed cost of a two-shot all-reduce.",
+    "KernelAllReduceSpec.twoshot_bandwidth": "Rate at which each GPU reads 2(n-1)/n of the buffer in two-shot.",
     "LinkSpec.sources": "Where each figure comes from; not used by the model.",
     "CPUCosts.name": "Name of the CPU cost profile.",
     "CPUCosts.tokenize_per_token": "API server: tokenizing one prompt token.",
@@ -79,6 +89,8 @@ FIELD_DOCS: dict[str, str] = {
     "LLMScenario.parallel": "Tensor, pipeline and data parallelism.",
     "LLMParallel.tp": "Tensor-parallel degree: GPUs sharing each layer, with all-reduces over the GPU link.",
     "LLMParallel.pp": "Pipeline-parallel degree: stages of consecutive layers.",
+    "LLMParallel.allreduce": "How the engine all-reduces TP activations: vllm (custom one-/two-shot NVLink "
+                             "kernels below 8 MiB, NCCL above) or nccl (every all-reduce through NCCL).",
     "LLMParallel.replicas": "Independent engine replicas (data parallel) behind the router.",
     "LLMScenario.serving": "Engine settings.",
     "Serving.max_batch": "Most requests in one running batch.",
@@ -92,6 +104,8 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.block_size": "Tokens per KV-cache block.",
     "Serving.gpu_memory_utilization": "Fraction of GPU memory the engine may use for weights, activations and KV.",
     "Serving.router": "How requests are spread over replicas.",
+    "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "
+                                "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",
     "Serving.response_header_bytes": "Bytes of each response's headers.",
     "LLMScenario.workload": "Who sends what, when.",

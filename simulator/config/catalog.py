@@ -17,6 +17,12 @@ def _load(kind: str) -> dict:
     return loads(text) or {}
 
 
+def kernels() -> dict:
+    """``kernels.yaml``: sourced figures of software kernels (attention, fused MoE, eager PyTorch).
+    Shared and cached: callers must not modify it."""
+    return _load("kernels")
+
+
 def names(kind: str) -> list[str]:
     """Names of the catalog entries of one kind."""
     return sorted(_load(kind))

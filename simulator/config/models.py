@@ -44,10 +44,21 @@ class GPUSpec(Strict):
     achievable: Achievable
     kernel_overhead: Seconds
     launch_overhead: Seconds
+    gemm_mainloop: Literal["multistage", "warp_specialized"] = "multistage"
     gpu_link: Optional[str] = None
     host_link: str = "pcie4-x16"
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
+
+
+class KernelAllReduceSpec(Strict):
+    """Measured closed forms of an engine's own all-reduce kernels on a link: a fixed cost and a
+    per-GPU peer-read rate each for the one-shot and the two-shot kernel."""
+
+    oneshot_latency: Seconds
+    oneshot_bandwidth: Bandwidth
+    twoshot_latency: Seconds
+    twoshot_bandwidth: Bandwidth
 
 
 class LinkSpec(Strict):
@@ -58,6 +69,8 @@ class LinkSpec(Strict):
     latency: Seconds
     achievable: Fraction
     allreduce_busbw: Optional[Bandwidth] = None
+    fully_connected: bool = False
+    kernel_allreduce: Optional[KernelAllReduceSpec] = None
     sources: dict[str, str] = {}
 
     @property
@@ -135,6 +148,7 @@ class LLMParallel(Strict):
 
     tp: Count(1024) = 1
     pp: Count(1024) = 1
+    allreduce: Literal["vllm", "nccl"] = "vllm"
     replicas: Count(10_000) = 1
 
 
@@ -151,6 +165,7 @@ class Serving(Strict):
     block_size: Count(1 << 16) = 16
     gpu_memory_utilization: Fraction = 0.9
     router: Literal["round_robin", "least_outstanding"] = "round_robin"
+    decode_attention: Literal["paged", "contiguous"] = "paged"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
 

@@ -43,15 +43,6 @@ def allreduce_time(nbytes: float, n: int, bandwidth: float, latency: float) -> f
     return min(ring_allreduce_time(nbytes, n, bandwidth, latency), two_shot)
 
 
-def allreduce_split(nbytes: float, n: int) -> tuple[int, float]:
-    """:func:`allreduce_time` as (latency hops, bytes each GPU puts on the wire), so that
-    ``hops * lat + wire / bw`` is the closed form: the two-shot algorithm, never slower than
-    the ring (same bytes, 2 latencies instead of 2(n-1)); (0, 0) for a single GPU."""
-    if n <= 1:
-        return 0, 0.0
-    return 2, 2 * (n - 1) / n * nbytes
-
-
 def allgather_time(nbytes: float, n: int, bandwidth: float, latency: float) -> float:
     """Ring all-gather of an ``nbytes`` result: ``(n−1)/n·nbytes/bw + (n−1)·lat``."""
     return _ring_time(n - 1, nbytes, n, bandwidth, latency)

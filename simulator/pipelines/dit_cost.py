@@ -20,22 +20,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from importlib import resources
 
-import yaml
-
+from ..config import catalog
 from ..hardware.gpu import GPU
 from ..hardware.ops import Op
 
 _ATTN_NAMES = ("self_attn", "cross_attn", "joint_attn")
 
 
-@lru_cache(maxsize=1)
 def kernel_catalog() -> dict:
     """``simulator/config/catalog/kernels.yaml`` (sourced kernel and eager-PyTorch figures)."""
-    text = (resources.files("simulator.config") / "catalog" / "kernels.yaml").read_text()
-    return yaml.safe_load(text)
+    return catalog.kernels()
 
 
 def eager_ops(key: str, kind: str | None = None) -> int:

@@ -11,14 +11,73 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..hardware.collectives import allreduce_time, p2p_time
+from ..config import catalog
+from ..hardware.allreduce import ALLREDUCE_POLICIES, AllReduceLink
+from ..hardware.collectives import p2p_time
 from ..hardware.gpu import GPU
 from ..hardware.ops import DTYPE_BYTES, Op
 
-KERNELS_PER_LAYER = 9
-"""Kernels of one decoder layer in vLLM's LlamaDecoderLayer (eager mode): fused residual-add +
-RMSNorm, QKV GEMM, rotary embedding, attention, O GEMM, fused residual-add + RMSNorm, gate/up
-GEMM, SiluAndMul, down GEMM (the residual add is fused into the next norm)."""
+LAYER_KERNELS = ("add_rms_norm", "qkv", "rotary", "kv_cache_write", "attention", "o_proj",
+                 "add_rms_norm", "gate_up", "silu_and_mul", "down")
+"""The kernels vLLM V1 runs per dense decoder layer (vllm/model_executor/models/llama.py
+``LlamaDecoderLayer.forward``): ``input_layernorm(hidden_states, residual)`` is one fused
+residual-add + RMSNorm kernel (``fused_add_rms_norm``; the residual add of the previous layer
+is fused into it, so there is no separate add), the QKV GEMM, ``rotary_emb`` (one in-place
+kernel over q and k), the paged-KV write (``reshape_and_cache_flash``, called from the
+FlashAttention backend's ``do_kv_cache_update``), the attention kernel, the O GEMM, the second
+fused add + RMSNorm, the merged gate/up GEMM, ``SiluAndMul`` and the down GEMM. A MoE layer
+replaces the last three with its router GEMM and the fused-MoE kernels."""
+
+KERNELS_PER_LAYER = len(LAYER_KERNELS)
+"""Kernel launches per dense decoder layer (for eager-mode launch cost)."""
+
+
+@dataclass(frozen=True)
+class DecodeAttentionKernel:
+    """Decode attention: the fraction of *peak* HBM bandwidth its KV stream reaches and its fixed
+    cost per call (``decode_attention`` in kernels.yaml, by the engine's KV layout); a kernel
+    without figures of its own runs at the GPU's streaming fraction and per-kernel cost."""
+
+    bandwidth_fraction: float
+    latency: float
+
+    @classmethod
+    def from_catalog(cls, layout: str, gpu: GPU) -> "DecodeAttentionKernel":
+        entry = catalog.kernels()["decode_attention"][layout]
+        frac, lat = entry["bandwidth_fraction"], entry["latency"]
+        return cls(gpu.hbm_eff if frac is None else float(frac), gpu.kernel_overhead if lat is None else float(lat))
+
+
+@dataclass(frozen=True)
+class FusedMoEKernel:
+    """vLLM's fused-MoE: the BLOCK_SIZE_M its tuned config picks per step token count (each
+    expert's rows are padded to a multiple of it) and the small kernels around the two grouped
+    GEMMs (``fused_moe`` in kernels.yaml)."""
+
+    block_size_m: tuple[tuple[int, int], ...]
+    routing_kernels: int
+    align_kernels: int
+
+    @classmethod
+    def from_catalog(cls, entry: dict) -> "FusedMoEKernel":
+        table = tuple(sorted((int(k), int(v)) for k, v in entry["block_size_m"].items()))
+        return cls(table, int(entry["routing_kernels"]), int(entry["align_kernels"]))
+
+    def block_m(self, tokens: int) -> int:
+        """BLOCK_SIZE_M of the config whose key is nearest ``tokens`` (vLLM's
+        ``try_get_optimal_moe_config``: ``min(keys, key=lambda x: abs(x - M))``)."""
+        return min(self.block_size_m, key=lambda kv: abs(kv[0] - tokens))[1]
+
+    def padded_rows(self, tokens: int, experts: int, top_k: int) -> tuple[float, float]:
+        """(experts hit, rows each grouped GEMM multiplies) for ``tokens`` tokens routed evenly to
+        ``top_k`` of ``experts`` each: every hit expert's rows rounded up to BLOCK_SIZE_M."""
+        hit = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+        bm = self.block_m(tokens)
+        return hit, hit * bm * math.ceil(tokens * top_k / hit / bm)
+
+ALLREDUCES_PER_LAYER = 2
+"""Megatron-LM tensor parallelism: one all-reduce after attention's output projection and one
+after the MLP's down projection (Shoeybi et al. 2019, Sec. 3)."""
 
 KERNELS_PER_STEP = 4
 """Kernels outside the layers per step: token embedding, final norm, LM head GEMM, sampling."""
@@ -106,7 +165,10 @@ class LLMCostModel:
     pp: int = 1
     link_bandwidth: float = 0.0
     link_latency: float = 0.0
-    allreduce_bandwidth: float | None = None
+    allreduce_link: AllReduceLink | None = None
+    allreduce: str = "vllm"
+    attention: DecodeAttentionKernel | None = None
+    moe: FusedMoEKernel | None = None
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -143,33 +205,48 @@ class LLMCostModel:
         q_out = s.heads * s.head_dim // tp
         kv_out = 2 * max(1, s.kv_heads // tp) * s.head_dim
         ops = [
-            Op("norm", 5 * t * h, 2 * t * h * b, dtype=dt),
+            # fused_add_rms_norm: reads x and the residual, writes the new residual and x normed.
+            Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
             Op("qkv", 2 * t * h * (q_out + kv_out), (h * (q_out + kv_out) + t * h + t * (q_out + kv_out)) * b,
                gemm=(t, q_out + kv_out, h), dtype=dt),
-            Op("rope_kv_write", 6 * t * (q_out + kv_out), 2 * t * (q_out + kv_out) * b, dtype=dt),
+            # rotary_embedding rotates q and k in place: reads and writes both.
+            Op("rotary", 6 * t * (q_out + kv_out // 2), 2 * t * (q_out + kv_out // 2) * b, dtype=dt),
+            # reshape_and_cache_flash: reads the new k and v, writes them into their cache slots.
+            Op("kv_cache_write", 0.0, 2 * t * kv_out * b, dtype=dt),
             Op("o_proj", 2 * t * q_out * h, (q_out * h + t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=dt),
-            Op("residual_norm", 8 * t * h, 4 * t * h * b, dtype=dt),
+            Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
         ]
         f = s.ffn // tp
         if s.experts == 1:
             ops += [
                 Op("gate_up", 4 * t * h * f, (2 * h * f + t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=dt),
-                Op("act_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
+                Op("silu_and_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
                 Op("down", 2 * t * f * h, (f * h + t * f + t * h) * b, gemm=(t, h, f), dtype=dt),
             ]
         else:
-            # Expected number of distinct experts hit by t tokens choosing top_k of E each.
-            e, k = s.experts, s.top_k
-            active = e * (1.0 - (1.0 - k / e) ** t)
-            routed = t * k
-            ops += [
-                Op("router", 2 * t * h * e, (h * e + t * h) * b, dtype=dt),
-                Op("moe_experts", 6 * routed * h * f,
-                   active * 3 * h * f * b + (2 * routed * h + 3 * routed * f) * b, dtype=dt),
-                Op("moe_combine", 2 * routed * h, 2 * routed * h * b, dtype=dt),
-            ]
-        ops.append(Op("residual", t * h, 3 * t * h * b, dtype=dt))
+            ops += self._moe_ops(t, f)
         return ops
+
+    def _moe_ops(self, t: int, f: int) -> list[Op]:
+        """vLLM's FusedMoE layer for t tokens: the router GEMM (replicated on every TP rank), the
+        routing kernels, the block alignment, the w13 grouped GEMM over every hit expert's padded
+        rows, SiLU-and-mul, the w2 grouped GEMM and the top-k sum."""
+        s, b, dt, k = self.shape, self.b, self.dtype, self.moe
+        h, e = s.hidden, s.experts
+        routed = t * s.top_k
+        hit, rows = k.padded_rows(t, e, s.top_k)
+        logits = t * e * 4
+        return [
+            Op("router", 2 * t * h * e, (h * e + t * h + t * e) * b, gemm=(t, e, h), dtype=dt),
+            Op("topk_softmax", 5 * t * e, logits / k.routing_kernels, count=k.routing_kernels, dtype="fp32"),
+            Op("moe_align", routed, 4 * (routed + rows) / k.align_kernels, count=k.align_kernels, dtype="fp32"),
+            Op("moe_w13", 2 * rows * 2 * f * h, (hit * 2 * f * h + routed * h + routed * 2 * f) * b,
+               gemm=(math.ceil(rows), 2 * f, h), dtype=dt),
+            Op("silu_and_mul", 4 * routed * f, 3 * routed * f * b, dtype=dt),
+            Op("moe_w2", 2 * rows * h * f, (hit * h * f + routed * f + routed * h) * b,
+               gemm=(math.ceil(rows), h, f), dtype=dt),
+            Op("moe_sum", routed * h, (routed + t) * h * b, dtype=dt),
+        ]
 
     def linear_time(self, t: int) -> float:
         """GPU time of all token-parallel ops of one stage's layers for t new tokens (memoized)."""
@@ -200,13 +277,24 @@ class LLMCostModel:
         return self.gpu.ops_time(ops)
 
     def __post_init__(self):
+        # Kernel figures default to the catalog's; a bare link stands in for the kernel all-reduce.
+        if self.attention is None:
+            self.attention = DecodeAttentionKernel.from_catalog("paged", self.gpu)
+        if self.moe is None:
+            self.moe = FusedMoEKernel.from_catalog(catalog.kernels()["fused_moe"])
+        if self.allreduce_link is None:
+            lat, bw = 2 * self.link_latency, self.link_bandwidth
+            self.allreduce_link = AllReduceLink(self.link_latency, bw, lat, bw, lat, bw, True)
         s, b = self.shape, self.b
         qh = s.heads // self.tp
         kvh = max(1, s.kv_heads // self.tp)
         hd = s.head_dim
         rate, bw = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth
-        # Attention time per layer = max(flop_coef * work / rate, byte terms / bw) + overhead.
+        dbw = self.gpu.hbm_bandwidth * self.attention.bandwidth_fraction
+        # Attention time per layer = max(flop_coef * work / rate, byte terms / bw) + fixed cost:
+        # decode at the paged decode kernel's rate and latency, prefill at the GPU's.
         self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, self.gpu.kernel_overhead)
+        self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency)
 
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float) -> float:
@@ -219,7 +307,8 @@ class LLMCostModel:
         flop, kv_byte, q_byte, k = self._attn
         t = 0.0
         if decode_requests:
-            t += max(decode_context * flop, decode_context * kv_byte + decode_requests * q_byte) + k
+            d_kv, d_q, d_lat = self._decode_attn
+            t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q) + d_lat
         if prefill_tokens:
             t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte) + k
         return self.layers_per_stage * t
@@ -230,6 +319,12 @@ class LLMCostModel:
         if cached is None:
             cached = self._comm_cache[tokens] = self._comm_time(tokens)
         return cached
+
+    def allreduce_parts(self, tokens: int) -> tuple[float, float]:
+        """(fixed seconds, seconds of its bytes) of one TP all-reduce of a step's activations, as
+        the engine's all-reduce policy (``parallel.allreduce``) runs it on an idle fabric."""
+        policy = ALLREDUCE_POLICIES[self.allreduce]
+        return policy.parts(self.activation_bytes(tokens), self.tp, self.allreduce_link)
 
     def peak_activation_bytes(self, max_tokens: int, max_sequences: int) -> float:
         """Activation memory a step of ``max_tokens`` tokens and ``max_sequences`` sampled
@@ -248,9 +343,7 @@ class LLMCostModel:
     def _comm_time(self, tokens: int) -> float:
         t = 0.0
         if self.tp > 1:
-            nbytes = tokens * self.shape.hidden * self.b
-            bw = self.allreduce_bandwidth or self.link_bandwidth
-            t += 2 * self.shape.layers * allreduce_time(nbytes, self.tp, bw, self.link_latency)
+            t += ALLREDUCES_PER_LAYER * self.shape.layers * sum(self.allreduce_parts(tokens))
         if self.pp > 1:
             t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
         return t
@@ -274,6 +367,8 @@ class LLMCostModel:
         return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))
 
     def kernels_per_step(self) -> int:
-        """Kernel launches of one step (for eager-mode launch cost)."""
-        return self.shape.layers * KERNELS_PER_LAYER + KERNELS_PER_STEP
+        """Kernel launches of one step (for eager-mode launch cost): each layer's operators and
+        its attention, and the step's own."""
+        per_layer = sum(op.count for op in self._linear_ops(1)) + 1
+        return self.shape.layers * per_layer + KERNELS_PER_STEP
 

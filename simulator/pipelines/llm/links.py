@@ -4,25 +4,24 @@ D2H copy of the sampled token ids. One Fabric transfer per stage and per stage b
 
 from __future__ import annotations
 
-from ...hardware.collectives import allreduce_split
 from ...hardware.topology import Topology
+from ...workloads.llm import ALLREDUCES_PER_LAYER
 
 SAMPLED_ID_BYTES = 8
 """Bytes per sampled token id copied to the host: int64, the dtype torch.argmax/topk return and
 vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampled.long()``).
 (Newer vLLM V1 narrows the returned ids to int32 before the copy: 4 bytes would model it.)"""
 
-ALLREDUCES_PER_LAYER = 2
-"""Megatron-LM tensor parallelism: one all-reduce after attention's output projection and one
-after the MLP's down projection (Shoeybi et al. 2019, Sec. 3)."""
-
 
 class ReplicaLinks:
     """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
 
-    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes):
+    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes,
+                 allreduce_parts=None):
         self.fabric = topo.fabric
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
+        # tokens -> (fixed seconds, seconds of bytes) of one all-reduce, as the cost model has it
+        self.allreduce_parts = allreduce_parts
         pp = len(stages)
         self.tp = len(stages[0])
         self.layers = [layers // pp + (s < layers % pp) for s in range(pp)]
@@ -45,15 +44,16 @@ class ReplicaLinks:
         return bool(self.groups or self.sends)
 
     def step_comm(self, tokens: int, label: str):
-        """The step's communication, stage by stage: the stage's all-reduces as one transfer
-        (bytes and latencies of 2 per layer), then its activations to the next stage."""
+        """The step's communication, stage by stage: the stage's all-reduces as one transfer (the
+        fixed costs of 2 per layer, and their bytes at the all-reduce's rate), then its
+        activations to the next stage."""
         nbytes = self.activation_bytes(tokens)
-        hops, wire = allreduce_split(nbytes, self.tp)
+        fixed, transfer = self.allreduce_parts(tokens) if self.groups else (0.0, 0.0)
         for s in range(len(self.layers)):
             if self.groups:
-                ports, lat = self.groups[s]
+                ports, _ = self.groups[s]
                 k = ALLREDUCES_PER_LAYER * self.layers[s]
-                yield from self.fabric.move(ports, k * wire, k * hops * lat, f"{label} all-reduce",
+                yield from self.fabric.move(ports, k * transfer * self.cap, k * fixed, f"{label} all-reduce",
                                             max_rate=self.cap)
             if s < len(self.sends):
                 ports, lat = self.sends[s]

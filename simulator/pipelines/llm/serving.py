@@ -11,6 +11,7 @@ import simpy
 from ...config.models import upper_tokens
 from ...errors import ConfigError
 from ...hardware.cpu import CorePool, CPUProcess
+from ...hardware.allreduce import allreduce_link
 from ...hardware.gpu import GPU
 from ...hardware.topology import LinkParams, Topology
 from ...observe.columns import Columns
@@ -19,7 +20,7 @@ from ...observe.result import Result
 from ...observe.spans import SpanRecorder
 from ...units import fmt_bytes
 from ...workloads.arrivals import make_requests
-from ...workloads.llm import LLMCostModel, LLMShape
+from ...workloads.llm import DecodeAttentionKernel, LLMCostModel, LLMShape
 from ..health import assess, overload_warning, was_cut
 from .engine import Engine, Records, Replica, RequestTable
 from .frontend import Frontend
@@ -103,9 +104,12 @@ def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: i
 def build_cost(scenario) -> LLMCostModel:
     """The step-cost model of one replica (its closed-form communication on the GPUs' peer link)."""
     hw, p = scenario.hardware, scenario.parallel
-    link = LinkParams.from_spec(hw.gpu_link or hw.host_link)
-    return LLMCostModel(LLMShape.from_spec(scenario.model), GPU.from_spec(hw.gpu), scenario.dtype,
-                        p.tp, p.pp, link.bandwidth, link.latency, link.collective_bandwidth)
+    spec = hw.gpu_link or hw.host_link
+    link = LinkParams.from_spec(spec)
+    gpu = GPU.from_spec(hw.gpu)
+    attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
+    return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
+                        link.latency, allreduce_link(spec), p.allreduce, attention)
 
 
 def _oom_result(scenario, exc: DoesNotFit) -> Result:
@@ -192,7 +196,7 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
     p, sv = scenario.parallel, scenario.serving
     first = k * p.tp * p.pp
     stages = [[first + s * p.tp + i for i in range(p.tp)] for s in range(p.pp)]
-    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes)
+    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts)
     engine = CPUProcess(f"engine{k}", pool, recorder)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
     return Replica(engine, detok, links,
