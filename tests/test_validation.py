@@ -29,7 +29,7 @@ TOLERANCE = {
     # no Triton/gRPC front-end or TensorRT-LLM v0.14 executor host time per step: see notes
     ("llm_online_serving", "ttft_ms"): (30, 42),
     ("llm_online_serving", "itl_ms"): (18, 36),
-    ("llm_online_serving", "output_tokens_per_s"): (10, 15),
+    ("llm_online_serving", "output_tokens_per_s"): (10, 20),
     ("image_encode", "encode_s"): (10, 25),
     # DiT families miss the 25% row target (see the README's fidelity notes); these bounds
     # keep today's accuracy from getting worse.
