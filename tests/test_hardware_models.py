@@ -25,6 +25,15 @@ def test_compute_bound_op_is_flops_over_achievable(a100):
     assert a100.op_time(op) == pytest.approx(1.0 / 0.869 + a100.kernel_overhead, rel=1e-12)
 
 
+def test_a_tiny_kernel_runs_for_the_floor_then_waits_the_gap(a100):
+    # 8 KB of a norm at batch 1: far below the 3 us a kernel takes at least (ramp, one wave, tail)
+    assert (a100.kernel_floor, a100.kernel_overhead) == (3e-6, 1e-6)
+    assert a100.op_time(Op("norm", flops=2e4, bytes=8192)) == pytest.approx(3e-6 + 1e-6, rel=1e-12)
+    # above the floor the floor does not count
+    big = Op("copy", flops=0.0, bytes=1e8)
+    assert a100.op_time(big) == pytest.approx(1e8 / a100.bandwidth + 1e-6, rel=1e-12)
+
+
 def test_count_repeats_the_kernel(a100):
     op = Op("x", flops=0.0, bytes=1e6)
     assert a100.op_time(Op("x", flops=0.0, bytes=1e6, count=5)) == pytest.approx(5 * a100.op_time(op))

@@ -123,7 +123,7 @@ def loaded(budget: int) -> dict:
     # Long prompts arriving on a busy replica: the budget binds.
     return {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
             "serving": {"max_batch": 64, "max_batched_tokens": budget, "overlap": "sync"},
-            "workload": {"requests": 60, "arrival": "poisson", "rate": "8/s", "prompt_tokens": 3000,
+            "workload": {"requests": 60, "arrival": "poisson", "rate": "12/s", "prompt_tokens": 3000,
                          "output_tokens": 64}}
 
 

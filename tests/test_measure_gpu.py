@@ -55,12 +55,26 @@ class _FakeEvent:
         return max(end.t - self.t, 1e-6) * 1e3
 
 
+class _FakeGraph:
+    def replay(self):
+        pass
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def _fake_torch():
     """Just enough of torch's API to drive every measurement without a GPU."""
     tensor = lambda *a, **k: _FakeTensor()  # noqa: E731
     cuda = types.SimpleNamespace(
         is_available=lambda: True, synchronize=lambda: None, Event=_FakeEvent, empty_cache=lambda: None,
         get_device_name=lambda *a: "Fake GPU", current_device=lambda: 0,
+        Stream=lambda: None, stream=lambda s: _Nothing(), CUDAGraph=_FakeGraph, graph=lambda g: _Nothing(),
         get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 * 2**30, multi_processor_count=132))
     return types.SimpleNamespace(
         cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), __version__="0.0-fake",
@@ -86,3 +100,4 @@ def test_gpu_path_writes_a_parseable_profile(monkeypatch, tmp_path):
     assert sorted(gpu["d2h_latency_pageable"]) == list(measure_gpu.D2H_BATCHES)  # not vacuous below
     assert all(parse(v, "time") > 0 for v in gpu["d2h_latency_pageable"].values())
     assert profile["measured"]["driver"] == "550.00" and "--peak-bf16-tflops" in profile["measured"]["command"]
+    assert parse(profile["measured"]["raw"]["graph_tiny_kernel"], "time") > 0

@@ -128,6 +128,22 @@ def measure_launch(torch, launches: int = 20_000) -> dict[str, float]:
     return {"host_issue": (t1 - t0) / launches, "wall": (t2 - t0) / launches}
 
 
+def measure_graph_kernels(torch, kernels: int = 1000, replays: int = 20) -> float:
+    """GPU time per tiny kernel replayed from a CUDA graph: the catalog's ``kernel_floor`` plus
+    ``kernel_overhead`` (a one-element add runs for the floor, then the graph waits the gap)."""
+    x = torch.zeros(1, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # capture needs a side stream; warm it up first
+        for _ in range(3):
+            x.add_(1)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(kernels):
+            x.add_(1)
+    return _events_per_call(torch, graph.replay, target_s=0.2, trials=replays) / kernels
+
+
 def _driver_version() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -148,6 +164,7 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
     d2h_pageable = measure_d2h(torch, pinned=False)
     d2h_pinned = measure_d2h(torch, pinned=True)
     launch = measure_launch(torch)
+    graph_kernel = measure_graph_kernels(torch)
 
     best_flops = max(v["flops"] for v in matmul.values())
     achievable = {}
@@ -185,6 +202,7 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
             "hbm_copy_bytes": f"{COPY_BYTES / 2**30:g} GiB",
             "launch_host_issue": fmt_time(launch["host_issue"]),
             "launch_wall": fmt_time(launch["wall"]),
+            "graph_tiny_kernel": fmt_time(graph_kernel),
         },
     }
     if peak_bf16_flops:

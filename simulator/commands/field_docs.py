@@ -37,7 +37,8 @@ FIELD_DOCS: dict[str, str] = {
     "Achievable.matmul": "Fraction of peak FLOP/s a large BF16/FP16 GEMM reaches.",
     "Achievable.matmul_fp8": "Fraction of peak FLOP/s a large FP8 GEMM reaches.",
     "Achievable.hbm": "Fraction of peak HBM bandwidth a streaming kernel reaches.",
-    "GPUSpec.kernel_overhead": "GPU-side fixed cost of each kernel launched from a CUDA graph.",
+    "GPUSpec.kernel_overhead": "Idle gap between consecutive kernels replayed from a CUDA graph.",
+    "GPUSpec.kernel_floor": "Shortest time a kernel runs, however little work it has (ramp-up, one wave, tail).",
     "GPUSpec.launch_overhead": "CPU-side cost of each eager kernel launch.",
     "GPUSpec.gemm_mainloop": "GEMM main loop its kernels run: multistage (Ampere/Ada: a wave's loads and "
                              "math partly serialize) or warp_specialized (Hopper+: they overlap but for the "

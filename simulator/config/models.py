@@ -43,6 +43,7 @@ class GPUSpec(Strict):
     sm_count: Count(4096)
     achievable: Achievable
     kernel_overhead: Seconds
+    kernel_floor: Seconds = 0.0
     launch_overhead: Seconds
     gemm_mainloop: Literal["multistage", "warp_specialized"] = "multistage"
     gpu_link: Optional[str] = None

@@ -46,8 +46,9 @@ GEMM_MAINLOOPS = {"multistage": _exposed_multistage, "warp_specialized": _expose
 class GPU:
     """Timing model of one GPU, in SI units.
 
-    An operator takes max(FLOPs / achievable FLOP/s, bytes / achievable HBM bandwidth) plus a
-    fixed per-kernel cost. A GEMM's achievable FLOP/s is further scaled by how well its
+    An operator takes max(FLOPs / achievable FLOP/s, bytes / achievable HBM bandwidth), at least
+    the shortest a kernel runs (``kernel_floor``: ramp-up, one wave, tail), plus the gap before
+    the next kernel starts (``kernel_overhead``). A GEMM's achievable FLOP/s is further scaled by how well its
     128x128 output tiles fill the SMs (wave quantization, with split-K when there are fewer
     tiles than SMs), and the part of memory and math its main loop cannot overlap is added
     (``GEMM_MAINLOOPS``: a whole wave's worth on Ampere, one pipeline fill on Hopper).
@@ -64,13 +65,14 @@ class GPU:
     kernel_overhead: float
     launch_overhead: float
     gemm_mainloop: str = "multistage"
+    kernel_floor: float = 0.0
 
     @classmethod
     def from_spec(cls, spec) -> "GPU":
         """Build from a validated :class:`simulator.config.models.GPUSpec`."""
         return cls(spec.name, dict(spec.peak_flops), spec.memory, spec.hbm_bandwidth, spec.sm_count,
                    spec.achievable.matmul, spec.achievable.matmul_fp8, spec.achievable.hbm,
-                   spec.kernel_overhead, spec.launch_overhead, spec.gemm_mainloop)
+                   spec.kernel_overhead, spec.launch_overhead, spec.gemm_mainloop, spec.kernel_floor)
 
     @property
     def bandwidth(self) -> float:
@@ -108,7 +110,7 @@ class GPU:
             t = max(comp, mem) + GEMM_MAINLOOPS[self.gemm_mainloop](comp, mem, waves, stages)
         else:
             t = max(op.flops / rate, mem)
-        return op.count * (t + self.kernel_overhead)
+        return op.count * (max(t, self.kernel_floor) + self.kernel_overhead)
 
     def ops_time(self, ops: Iterable[Op]) -> float:
         """Total GPU time of a sequence of operators run back to back."""

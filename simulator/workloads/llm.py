@@ -35,8 +35,9 @@ KERNELS_PER_LAYER = len(LAYER_KERNELS)
 @dataclass(frozen=True)
 class DecodeAttentionKernel:
     """Decode attention: the fraction of *peak* HBM bandwidth its KV stream reaches and its fixed
-    cost per call (``decode_attention`` in kernels.yaml, by the engine's KV layout); a kernel
-    without figures of its own runs at the GPU's streaming fraction and per-kernel cost."""
+    latency per call on top of any kernel's (``decode_attention`` in kernels.yaml, by the
+    engine's KV layout); a kernel without figures of its own streams at the GPU's fraction and
+    costs what any kernel does (latency 0)."""
 
     bandwidth_fraction: float
     latency: float
@@ -45,7 +46,7 @@ class DecodeAttentionKernel:
     def from_catalog(cls, layout: str, gpu: GPU) -> "DecodeAttentionKernel":
         entry = catalog.kernels()["decode_attention"][layout]
         frac, lat = entry["bandwidth_fraction"], entry["latency"]
-        return cls(gpu.hbm_eff if frac is None else float(frac), gpu.kernel_overhead if lat is None else float(lat))
+        return cls(gpu.hbm_eff if frac is None else float(frac), 0.0 if lat is None else float(lat))
 
 
 @dataclass(frozen=True)
@@ -291,10 +292,11 @@ class LLMCostModel:
         hd = s.head_dim
         rate, bw = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth
         dbw = self.gpu.hbm_bandwidth * self.attention.bandwidth_fraction
-        # Attention time per layer = max(flop_coef * work / rate, byte terms / bw) + fixed cost:
-        # decode at the paged decode kernel's rate and latency, prefill at the GPU's.
-        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, self.gpu.kernel_overhead)
-        self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency)
+        # Attention time per layer = max(flop_coef * work / rate, byte terms / bw, kernel floor)
+        # + the kernel gap: decode at the decode kernel's rate plus its latency, prefill at the GPU's.
+        g = self.gpu
+        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor, g.kernel_overhead)
+        self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
 
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float) -> float:
@@ -304,13 +306,13 @@ class LLMCostModel:
         sum over prefill chunks of n*(p + (n+1)/2), the causal query-key pairs;
         ``prefill_kv_tokens``: sum of p + n (keys read); ``prefill_tokens``: sum of n.
         """
-        flop, kv_byte, q_byte, k = self._attn
+        flop, kv_byte, q_byte, floor, gap = self._attn
         t = 0.0
         if decode_requests:
-            d_kv, d_q, d_lat = self._decode_attn
-            t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q) + d_lat
+            d_kv, d_q, d_fixed = self._decode_attn
+            t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q, floor) + d_fixed
         if prefill_tokens:
-            t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte) + k
+            t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte, floor) + gap
         return self.layers_per_stage * t
 
     def comm_time(self, tokens: int) -> float:
