@@ -121,6 +121,10 @@ FIELD_DOCS: dict[str, str] = {
     "Workload.trace": "Trace CSV (columns arrived_at, num_prefill_tokens, num_decode_tokens), relative to the "
                       "scenario file.",
     "Workload.trace_time_scale": "Multiplies the trace's arrival times (below 1 replays it faster).",
+    "Workload.trace_repeat": ("More requests than the trace has rows: replay it again and again (request i is row "
+                              "i mod rows, with that row's token counts). With arrival `trace`, repetition k's "
+                              "times are shifted by k x (the trace's span + its mean inter-arrival gap); with a "
+                              "synthetic arrival only the token counts cycle. Off: too few rows is an error."),
     "Workload.over_context": "A request longer than the model's context_length: error, or truncate its prompt.",
     "Workload.prompt_tokens": "Prompt length: a number or a distribution mapping.",
     "Workload.output_tokens": "Output length: a number or a distribution mapping.",

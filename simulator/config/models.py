@@ -258,6 +258,7 @@ class Workload(Strict):
     concurrency: Optional[Count(1_000_000)] = None
     trace: Optional[str] = None
     trace_time_scale: Annotated[Number, Field(ge=1e-6, le=1e6)] = 1.0
+    trace_repeat: bool = False
     # A request whose prompt and output exceed the model's context: an error, or (as Vidur's
     # trace length generator does for traces of larger models) the prompt is cut to fit.
     over_context: Literal["error", "truncate_prompt"] = "error"

@@ -87,6 +87,31 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).iloc[:limit].copy()
 
 
+def repeat_period(arrived_at: np.ndarray) -> float:
+    """Time (trace units) between a repetition's first arrival and the next repetition's: the trace's span
+    plus its mean inter-arrival gap (``span x rows / (rows - 1)``; 0 for a one-row trace)."""
+    rows = len(arrived_at)
+    if rows < 2:
+        return 0.0
+    span = float(arrived_at[-1] - arrived_at[0])
+    return span + span / (rows - 1)
+
+
+def repeated_rows(rows: int, n: int) -> np.ndarray:
+    """Row of each of n requests replayed from a ``rows``-row trace: request i is row i mod rows."""
+    return np.arange(n, dtype=np.int64) % rows
+
+
+def repeated_arrivals(arrived_at: np.ndarray, n: int) -> np.ndarray:
+    """Arrival times (trace units, the first at 0) of n requests replayed from a trace: request i is row
+    i mod rows of repetition k = i // rows, at ``arrived_at[i mod rows] - arrived_at[0] + k x period``
+    (:func:`repeat_period`), so times keep increasing from one repetition to the next."""
+    rows = len(arrived_at)
+    i = np.arange(n, dtype=np.int64)
+    base = np.asarray(arrived_at, dtype=float) - float(arrived_at[0])
+    return base[i % rows] + (i // rows) * repeat_period(arrived_at)
+
+
 def check_trace(scenario) -> None:
     """Reject a trace that cannot serve the scenario: too few rows, or requests beyond the model's context."""
     w = scenario.workload
@@ -94,11 +119,13 @@ def check_trace(scenario) -> None:
         return
     df = read_trace(w.trace)
     name = Path(w.trace).name
-    if len(df) < w.requests:
+    repeat = getattr(w, "trace_repeat", False)
+    if len(df) < w.requests and not repeat:
         raise ConfigError(f"{w.requests:,} requests asked of trace {name}, which has {len(df):,} rows; "
-                          f"set workload.requests to at most {len(df):,}", path="workload.requests")
-    df = df.iloc[: w.requests]
-    span = float(df["arrived_at"].iloc[-1] - df["arrived_at"].iloc[0]) * w.trace_time_scale
+                          f"set workload.requests to at most {len(df):,}, or workload.trace_repeat: true to "
+                          "replay the trace again and again", path="workload.requests")
+    df = df.iloc[: w.requests]  # with trace_repeat, the rows the repetitions cycle through
+    span = float(repeated_arrivals(df["arrived_at"].to_numpy(float), w.requests)[-1]) * w.trace_time_scale
     if w.arrival == "trace" and span > MAX_TRACE_SECONDS:
         raise ConfigError(f"trace {name} spans {span:g} s once scaled, beyond {MAX_TRACE_SECONDS:g} s (about 3 "
                           "years); lower workload.trace_time_scale", path="workload.trace_time_scale")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.trace import fit_to_context, read_trace
+from ..config.trace import fit_to_context, read_trace, repeated_arrivals, repeated_rows
 from ..errors import ConfigError
 
 
@@ -170,9 +170,15 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
         df = read_trace(workload.trace, limit=workload.requests)
         prompt = df["num_prefill_tokens"].to_numpy(np.int64)
         output = df["num_decode_tokens"].to_numpy(np.int64)
+        at = df["arrived_at"].to_numpy(float)
         n = len(df)
+        if getattr(workload, "trace_repeat", False) and workload.requests > n:
+            # Replayed again and again: request i is row i mod rows (config.trace.repeated_rows).
+            rows = repeated_rows(n, workload.requests)
+            prompt, output, n = prompt[rows], output[rows], workload.requests
+            at = repeated_arrivals(at, n) if workload.arrival == "trace" else at
         if workload.arrival == "trace":
-            at = df["arrived_at"].to_numpy(float) * workload.trace_time_scale
+            at = at * workload.trace_time_scale
             arrival = at - at[0]
         else:
             arrival = arrival_times(workload, n, rng)
