@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench venv clean
+.PHONY: run test bench bench-series venv clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,10 +22,18 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## The speed benchmark (an explicit command, never part of the tests).
+## The speed benchmark (an explicit command, never part of the tests): `lastmile run` of the 10k-request
+## trace scenario as a whole process, spans off and on, in seconds, MiB and reference units (1M SimPy
+## timeouts timed in the same invocation). Records go to runs/bench/results.jsonl (ignored by git);
+## `make bench BENCH_ARGS=--record` also appends them to the tracked benchmarks/results.jsonl.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/llm_trace.py
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/dit_pipefusion.py
+
+## The same measurement at 1k, 10k, 100k and 1M requests (long: the 1M run takes many minutes per round).
+## Stop early with `make bench-series MAX_REQUESTS=100000`; fewer rounds with BENCH_ARGS="--repeats 1".
+bench-series: $(STAMP)
+	$(BIN)/python benchmarks/run.py --series $(if $(MAX_REQUESTS),--max-requests $(MAX_REQUESTS)) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
