@@ -335,6 +335,7 @@ class LLMScenario(ScenarioBase):
     workload: Workload = Workload()
     slo: SLO = SLO()
     max_sim_time: Optional[Horizon] = None
+    coalesce_decode: bool = True
 
     @model_validator(mode="after")
     def _fits_context(self):

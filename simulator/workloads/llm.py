@@ -9,6 +9,8 @@ columns and adds two all-reduces per layer; pipeline parallelism splits the laye
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from ..config import catalog
@@ -367,6 +369,19 @@ class LLMCostModel:
         if sampled is None:
             sampled = decode_requests + len(prefill_chunks)
         return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))
+
+    def decode_compute(self, decode_context: np.ndarray, decode_requests: np.ndarray) -> np.ndarray:
+        """``step(ctx, n).compute`` of decode-only steps, for arrays of steps at once: the same
+        arithmetic in the same order, so each element equals the scalar call's result."""
+        n = np.asarray(decode_requests)
+        ctx = np.asarray(decode_context, dtype=float)
+        flop, _, _, floor, _ = self._attn
+        d_kv, d_q, d_fixed = self._decode_attn
+        uniq, inv = np.unique(n, return_inverse=True)
+        lin = np.array([self.linear_time(int(x)) for x in uniq])[inv]
+        head = np.array([self.head_time(int(x)) for x in uniq])[inv]
+        attn = self.layers_per_stage * (np.maximum(np.maximum(ctx * flop, ctx * d_kv + n * d_q), floor) + d_fixed)
+        return self.pp * (lin + attn) + head
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and

@@ -122,6 +122,7 @@ class Engine:
         # closed forms, computed at launch, whenever the previous step's GPU end is known.
         self._closed_form = self.links.d2h_booked and not self.links.has_comm
         self._wake = None
+        self.runs = None  # a DecodeRuns when this engine may step decode runs in closed form
         env.process(self._loop())
 
     def enqueue(self, rid: int) -> None:
@@ -316,6 +317,12 @@ class Engine:
         while True:
             if not self.sched.running and not self.sched.waiting and pending is None:
                 yield from self._idle()
+            if self.runs is not None:
+                resume = self.runs.run()
+                if resume is not None:
+                    if resume > self.env.now:
+                        yield self.env.timeout(resume - self.env.now)
+                    continue
             step = self._launch()
             if self.sv.overlap == "async":
                 step, pending = pending, step

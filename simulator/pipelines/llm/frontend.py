@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from ...hardware.cpu import CPUProcess
@@ -32,6 +34,12 @@ class Frontend:
         self.on_finish = on_finish
         self.engines = []
         self._rr = 0
+        self.next_arrival = float("inf")  # the open-loop arrival the workload waits for (set by it)
+        self._routes: list[float] = []   # tokenizations that end in the future: when they route
+
+    def next_event(self) -> float:
+        """When the frontend next changes an engine's world: the next arrival or routing."""
+        return min(self.next_arrival, self._routes[0]) if self._routes else self.next_arrival
 
     def arrive(self, rid: int) -> None:
         """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
@@ -42,9 +50,14 @@ class Frontend:
         s, e = self.servers[j].submit(self.env.now, cost, "tokenize")
         t.tok_start[rid], t.tok_end[rid] = s, e
         if e > self.env.now:
-            self.env.timeout(e - self.env.now).callbacks.append(lambda _ev: self._route(rid))
+            heapq.heappush(self._routes, e)
+            self.env.timeout(e - self.env.now).callbacks.append(lambda _ev: self._route_later(rid))
         else:
             self._route(rid)
+
+    def _route_later(self, rid: int) -> None:
+        heapq.heappop(self._routes)
+        self._route(rid)
 
     def _route(self, rid: int) -> None:
         if self.sv.router == "least_outstanding":

@@ -22,6 +22,7 @@ from ...units import fmt_bytes
 from ...workloads.arrivals import make_requests
 from ...workloads.llm import DecodeAttentionKernel, LLMCostModel, LLMShape
 from ..health import assess, overload_warning, was_cut
+from .decode_runs import DecodeRuns
 from .engine import Engine, Records, Replica, RequestTable
 from .frontend import Frontend
 from .links import ReplicaLinks
@@ -169,13 +170,19 @@ def simulate(scenario):
     for k in range(p.replicas):
         replica = _replica(k, scenario, topo, pool, cost, recorder)
         frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
+    if scenario.coalesce_decode:
+        for engine in frontend.engines:
+            if DecodeRuns.eligible(engine, frontend, not closed, p.replicas):
+                engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
 
     def open_loop():
         for rid in range(table.n):
             wait = table.arrival[rid] - env.now
             if wait > 0:
+                frontend.next_arrival = env.now + wait
                 yield env.timeout(wait)
             frontend.arrive(rid)
+        frontend.next_arrival = float("inf")
 
     if closed:
         first_batch = min(scenario.workload.concurrency, table.n)

@@ -1,0 +1,96 @@
+"""Decode runs in closed form give the step-by-step engine's results: every request's timestamps
+within 1 ns and the same summary, on real traces and on the edges of a run (KV running out,
+the horizon, several API servers); where a run's reasoning does not hold, nothing is coalesced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simulator
+from simulator.config.loader import load_scenario
+from simulator.pipelines.llm.decode_runs import DecodeRuns
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+@pytest.fixture
+def coalesced(monkeypatch):
+    """Steps committed by decode runs, counted as they are recorded."""
+    count = [0]
+    record = DecodeRuns._record
+
+    def counting(self, run, comp0, left, k, *rest):
+        count[0] += k
+        return record(self, run, comp0, left, k, *rest)
+
+    monkeypatch.setattr(DecodeRuns, "_record", counting)
+    return count
+
+
+def both(raw: dict, **overrides):
+    """The same scenario stepped one by one and with decode runs."""
+    runs = {c: simulator.run(raw, {**overrides, "coalesce_decode": c, "record_spans": False}) for c in (False, True)}
+    return runs[False], runs[True]
+
+
+def assert_same(a, b):
+    ra, rb = a.requests, b.requests
+    assert list(ra.columns) == list(rb.columns) and len(ra) == len(rb) > 0
+    for c in ra.columns:
+        x, y = ra[c].to_numpy(), rb[c].to_numpy()
+        if x.dtype.kind == "f":
+            assert np.array_equal(np.isnan(x), np.isnan(y)), c
+            assert np.nanmax(np.abs(x - y), initial=0.0) <= 1e-9, c
+        else:
+            assert np.array_equal(x, y), c
+    sa, sb = a.summary, b.summary
+    assert sa["steps"] == sb["steps"] and sa["requests_completed"] == sb["requests_completed"]
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        for stat, v in sa[key].items():
+            assert sb[key][stat] == pytest.approx(v, rel=1e-12, abs=1e-9), (key, stat)
+    assert sb["utilization"] == pytest.approx(sa["utilization"], rel=1e-12)
+
+
+def trace_scenario(trace: str, requests: int, rate: str = "4/s", **extra) -> dict:
+    raw = {"name": "runs", "model": "llama-2-7b", "dtype": "fp16", "hardware": {"gpu": "a100-sxm-80g"},
+           "serving": {"max_batch": 128, "max_batched_tokens": 4096},
+           "workload": {"requests": requests, "arrival": "poisson", "rate": rate,
+                        "trace": f"{TRACES}/{trace}", "over_context": "truncate_prompt"}}
+    for k, v in extra.items():
+        raw[k] = {**raw.get(k, {}), **v}
+    return raw
+
+
+@pytest.mark.parametrize("trace, rate", [("splitwise_conv.csv", "4/s"), ("splitwise_code.csv", "2/s")])
+def test_runs_reproduce_the_step_by_step_engine_on_real_traces(trace, rate, coalesced):
+    a, b = both(trace_scenario(trace, 600, rate))
+    assert_same(a, b)
+    assert coalesced[0] > a.summary["steps"] / 2  # most steps were in runs
+
+
+def test_runs_reproduce_it_with_several_api_servers_and_the_horizon_cutting_a_run(coalesced):
+    raw = trace_scenario("splitwise_conv.csv", 300, "6/s", serving={"api_servers": 3})
+    a, b = both(raw, max_sim_time="40 s")
+    assert a.summary["status"] == "truncated" and coalesced[0] > 0
+    assert_same(a, b)
+
+
+def test_runs_stop_where_the_kv_cache_runs_out(coalesced):
+    # A small cache: decode runs end where a step's blocks do not fit and the step-by-step path
+    # preempts.
+    raw = trace_scenario("splitwise_conv.csv", 200, "20/s", serving={"gpu_memory_utilization": 0.2})
+    a, b = both(raw)
+    assert int(a.requests["preemptions"].sum()) > 0 and coalesced[0] > 0
+    assert_same(a, b)
+
+
+@pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
+                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2},
+                                    {"record_spans": True}])
+def test_ineligible_setups_step_one_by_one(change, coalesced):
+    assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
+    simulator.run(trace_scenario("splitwise_conv.csv", 150), change)
+    assert coalesced[0] == 0
