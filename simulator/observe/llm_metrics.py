@@ -51,10 +51,33 @@ class _Accumulator:
 CHUNK_ROWS = 1 << 18
 
 
-def _request_step_order(rows, sel: np.ndarray, n_steps: int) -> np.ndarray:
-    """``sel`` reordered by (request, step): rows are recorded when their output is handled, not in step order."""
-    key = rows["req"][sel].astype(np.int64) * (n_steps + 1) + rows["step"][sel]
-    return sel[np.argsort(key, kind="stable")]
+def _request_blocks(req: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """Ranges [lo, hi) of request ids holding about ``CHUNK_ROWS`` rows each (a request is never split)."""
+    cum = np.cumsum(np.bincount(req, minlength=n))
+    total = int(cum[-1]) if len(cum) else 0
+    cuts = np.searchsorted(cum, np.arange(CHUNK_ROWS, total, CHUNK_ROWS), side="left") + 1
+    edges = np.unique(np.r_[0, cuts, n])
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+def _request_step_order(rows, keep: np.ndarray, n: int, n_steps: int):
+    """The rows where ``keep`` holds, ordered by (request, step), as index arrays block by block of requests.
+
+    Rows are recorded when their output is handled, not in step order. Sorting one block of requests
+    at a time gives the same order as one stable sort of them all (a block holds whole requests, in
+    order), without whole-record index and key arrays.
+    """
+    req, step = rows["req"], rows["step"]
+    for lo, hi in _request_blocks(req, n):
+        m = req >= lo
+        m &= req < hi
+        m &= keep
+        idx = np.flatnonzero(m)
+        del m
+        key = req[idx].astype(np.int64)
+        key *= n_steps + 1
+        key += step[idx]
+        yield idx[np.argsort(key, kind="stable")]
 
 
 def breakdown(table, steps, rows, done: np.ndarray):
@@ -69,7 +92,13 @@ def breakdown(table, steps, rows, done: np.ndarray):
     acc.add("schedule", ids, (table.tok_start[ids], table.tok_end[ids]))
 
     req_all = rows["req"]
-    order = _request_step_order(rows, np.flatnonzero(done[req_all]), len(steps["g1"]))
+    keep = done[req_all]
+    order = np.empty(int(np.count_nonzero(keep)), dtype=np.int32 if rows.size < 2**31 else np.int64)
+    at = 0
+    for block in _request_step_order(rows, keep, n, len(steps["g1"])):
+        order[at: at + len(block)] = block
+        at += len(block)
+    del keep
     for lo in range(0, len(order), CHUNK_ROWS):
         hi = min(lo + CHUNK_ROWS, len(order))
         following = int(req_all[order[hi]]) if hi < len(order) else -1
@@ -81,14 +110,14 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     """Add the windows of rows ``idx`` (sorted by request, then step).
 
     With ``skip_first`` the first row only serves as the previous row of the second;
-    ``following`` is the request of the row after this chunk (-1 at the end).
+    ``following`` is the request of the row after this chunk (-1 at the end). Each
+    intermediate is dropped once its last use is past, so a chunk's peak stays small.
     """
     req = rows["req"][idx].astype(np.int64)
     step = rows["step"][idx]
-    kind = rows["kind"][idx]
     e, R = rows["e"][idx], rows["R"][idx]
     g1 = steps["g1"][step]
-    d1 = np.where(kind == PREFILL_ONLY, g1, steps["d1"][step])
+    d1 = np.where(rows["kind"][idx] == PREFILL_ONLY, g1, steps["d1"][step])
     first = np.r_[True, req[1:] != req[:-1]]
     last = np.r_[req[1:] != req[:-1], req[-1] != following]
     prev = np.maximum(np.arange(len(req)) - 1, 0)
@@ -96,43 +125,67 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     pd1 = np.where(first, ws, d1[prev])
     pe = np.where(first, ws, e[prev])
     pR = np.where(first, ws, R[prev])
+    del prev, first
+    prefill = rows["prefill"][idx].astype(bool)
     if skip_first:
         s = slice(1, None)
-        req, step, kind, e, R, g1, d1, first, last = req[s], step[s], kind[s], e[s], R[s], g1[s], d1[s], first[s], last[s]
+        req, step, e, R, g1, d1, last, prefill = req[s], step[s], e[s], R[s], g1[s], d1[s], last[s], prefill[s]
         ws, pd1, pe, pR = ws[s], pd1[s], pe[s], pR[s]
-    prefill = rows["prefill"][idx][1 if skip_first else 0:].astype(bool)
-    a0, a1, g0 = steps["a0"][step], steps["a1"][step], steps["g0"][step]
-    cs = np.maximum(a0, ws)
+    cs = np.maximum(steps["a0"][step], ws)
     b1 = np.clip(pd1, ws, cs)
-    b2 = np.clip(pe, b1, cs)
-    b3 = np.clip(pR, b2, cs)
-    c1 = np.clip(a1, cs, g1)
-    c2 = np.clip(g0, c1, g1)
-    bc = np.maximum(c2, g1 - steps["comm"][step])
+    del pd1
     acc.add("d2h", req, (ws, b1))
+    del ws
+    b2 = np.clip(pe, b1, cs)
+    del pe
     acc.add("detokenize", req, (b1, b2))
+    del b1
+    b3 = np.clip(pR, b2, cs)
+    del pR
     acc.add("stream", req, (b2, b3))
+    del b2
+    c1 = np.clip(steps["a1"][step], cs, g1)
+    c2 = np.clip(steps["g0"][step], c1, g1)
     acc.add("queue", req, (b3, cs), (c1, c2))
+    del b3
     acc.add("schedule", req, (cs, c1))
+    del cs, c1
+    bc = np.maximum(c2, g1 - steps["comm"][step])
+    del step
     acc.add("prefill", req[prefill], (c2[prefill], bc[prefill]))
-    acc.add("decode", req[~prefill], (c2[~prefill], bc[~prefill]))
+    decode = ~prefill
+    acc.add("decode", req[decode], (c2[decode], bc[decode]))
+    del c2, prefill, decode
     acc.add("comm", req, (bc, g1))
+    del bc
     acc.add("d2h", req[last], (g1[last], d1[last]))
     acc.add("detokenize", req[last], (d1[last], e[last]))
     acc.add("stream", req[last], (e[last], R[last]))
 
 
 def itl_samples(rows, done: np.ndarray) -> np.ndarray:
-    """Inter-token gaps at the client: a chunk's gap to the previous chunk, then zeros for its other tokens."""
+    """Inter-token gaps at the client: a chunk's gap to the previous chunk, then zeros for its other tokens.
+
+    Gaps come in (request, step) order, then the zeros; built block by block of requests into one array.
+    """
     req = rows["req"]
-    sel = _request_step_order(rows, np.flatnonzero((rows["kind"] == SENT) & done[req]), int(rows["step"].max(initial=0)) + 1)
-    r, R, tok = req[sel], rows["R"][sel], rows["tokens"][sel].astype(np.int64)
-    if not len(r):
+    keep = rows["kind"] == SENT
+    keep &= done[req]
+    n_sel = int(np.count_nonzero(keep))
+    if not n_sel:
         return np.empty(0)
-    same = np.r_[False, r[1:] == r[:-1]]
-    gaps = np.diff(R, prepend=np.nan)[same]
-    zeros = int((tok - 1).sum())
-    return np.concatenate([gaps, np.zeros(zeros)])
+    zeros = int(rows["tokens"].sum(where=keep, dtype=np.int64)) - n_sel
+    out = np.empty(n_sel + zeros)  # at most n_sel - 1 gaps
+    at = 0
+    R_all = rows["R"]
+    for sel in _request_step_order(rows, keep, len(done), int(rows["step"].max(initial=0)) + 1):
+        r, R = req[sel], R_all[sel]
+        same = r[1:] == r[:-1]
+        gaps = (R[1:] - R[:-1])[same]
+        out[at: at + len(gaps)] = gaps
+        at += len(gaps)
+    out[at: at + zeros] = 0.0
+    return out[: at + zeros]
 
 
 @dataclass(frozen=True)
