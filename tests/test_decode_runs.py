@@ -32,7 +32,8 @@ def coalesced(monkeypatch):
 
 def both(raw: dict, **overrides):
     """The same scenario stepped one by one and with decode runs."""
-    runs = {c: simulator.run(raw, {**overrides, "coalesce_decode": c, "record_spans": False}) for c in (False, True)}
+    overrides.setdefault("record_spans", False)
+    runs = {c: simulator.run(raw, {**overrides, "coalesce_decode": c}) for c in (False, True)}
     return runs[False], runs[True]
 
 
@@ -87,9 +88,19 @@ def test_runs_stop_where_the_kv_cache_runs_out(coalesced):
     assert_same(a, b)
 
 
+def test_runs_record_the_same_spans_in_the_same_order(coalesced):
+    a, b = both(trace_scenario("splitwise_conv.csv", 120, "6/s"), record_spans=True)
+    assert coalesced[0] > 0
+    assert_same(a, b)
+    sa, sb = a.spans, b.spans
+    assert len(sa) == len(sb) > 0
+    assert list(sa["track"]) == list(sb["track"]) and list(sa["name"]) == list(sb["name"])
+    for col in ("start", "end"):
+        assert np.abs(sa[col].to_numpy() - sb[col].to_numpy()).max() <= 1e-9
+
+
 @pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
-                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2},
-                                    {"record_spans": True}])
+                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
     simulator.run(trace_scenario("splitwise_conv.csv", 150), change)

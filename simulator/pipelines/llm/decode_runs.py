@@ -9,8 +9,9 @@ times with the same arithmetic, in the same order, as the step-by-step engine (a
 over the steps' time chain; numpy over the requests), records them as that engine would, and lets
 the engine sleep until the run's last step is done. Eligible only where that reasoning holds —
 synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
-workload, a GPU with no step communication, no detailed spans, no CPU-core contention — anything
-else takes the step-by-step path, and a test compares both on real traces.
+workload, a GPU with no step communication, no CPU-core contention — anything else takes the
+step-by-step path, and a test compares both on real traces. With spans recorded, a run records the
+same spans in the same order.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ class DecodeRuns:
         """Whether the engine's set-up allows runs at all (the per-run conditions come later)."""
         sv = engine.sv
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
-                and sv.stream_interval == 1 and engine._closed_form and not engine.recorder.enabled
-                and not engine.proc.pool.contended)
+                and sv.stream_interval == 1 and engine._closed_form and not engine.proc.pool.contended)
 
     def run(self) -> float | None:
         """Commit the longest decode run that can start now; returns when its last step's output
@@ -45,18 +45,16 @@ class DecodeRuns:
         the current state can run in closed form."""
         eng, t = self.e, self.e.table
         sched = eng.sched
-        if sched.waiting or not sched.running:
-            return None
-        run = np.fromiter(sched.running, dtype=np.int64, count=len(sched.running))
-        comp0 = t.computed[run]
-        if len(run) > eng.sv.max_batched_tokens or (t.target[run] > comp0).any():
-            return None
-        if (t.sent[run] != t.generated[run]).any():
+        if sched.waiting or not sched.running or len(sched.running) > eng.sv.max_batched_tokens:
             return None
         bound = min(self.fe.next_event(), self.horizon)  # nothing else may happen before this
         room = bound - eng.env.now
         if room <= self.shortest or room < 0.9 * self.latest:
             return None  # one step would not fit before the next event (the run would be empty)
+        run = np.fromiter(sched.running, dtype=np.int64, count=len(sched.running))
+        comp0 = t.computed[run]
+        if (t.target[run] > comp0).any() or (t.sent[run] != t.generated[run]).any():
+            return None
         left = t.output[run] - t.generated[run]          # steps each request still decodes
         # Plan no further than the steps that could fit (the rest is planned when this run ends).
         fit = int(room / self.shortest) + 1 if self.shortest > 0 and room < float("inf") else 256
@@ -133,6 +131,10 @@ class DecodeRuns:
                 else 0.0] for sv in servers]
         srv_start = [[] for _ in servers]
         cols = [[] for _ in range(6)]  # a0, a1, g0, g1, d1, e
+        spans = [] if rec is not None and rec.enabled else None  # (track, name, start, end, category)
+        first = eng.steps.size
+        gpu_tracks = eng.gpu_tracks
+        s_tracks = [sv.track for sv in servers]
         now = eng.env.now
         shortest = self.shortest
         k = 0
@@ -193,6 +195,19 @@ class DecodeRuns:
                     srv_start[j].append(0.0)
             for col, v in zip(cols, (a0, a1, g0, g1, d1, e)):
                 col.append(v)
+            if spans is not None:
+                label = f"step {first + k} ({nk}d+0p)"
+                if sched + launch > 0:
+                    spans.append((p_track, "schedule+launch", start, launched, "cpu"))
+                spans.extend((g, label, g0, g1, "decode") for g in gpu_tracks)
+                if nbytes > 0:
+                    spans.extend((p.track, "d2h", begin, d1, "link") for p in ports)
+                if work > 0:
+                    spans.append((p_track, "detokenize", s2, e, "cpu"))
+                for j, state in enumerate(srv):
+                    c = counts[j][k]
+                    if c and c * pc > 0:
+                        spans.append((s_tracks[j], "stream", srv_start[j][-1], state[0], "cpu"))
             t_done = a0 + (d1 - a0)  # the step's done event; then the engine waits for e
             now = t_done + (e - t_done) if e > t_done else t_done
             if shortest == 0.0 or e - a0 < shortest:
@@ -214,6 +229,11 @@ class DecodeRuns:
             sv.free_at, sv.busy, sv.tasks = f, busy, tasks
             if sv.recorder is not None:
                 sv.recorder.busy[sv.track] = rbusy
+        if spans:
+            for track, name, start, end, cat in spans:
+                rec.add_span_only(track, name, start, end, cat)
+        if eng.kv_steps is not None:
+            eng.kv_steps.extend(k, step=np.arange(first, first + k), kv=used[:k])
         self._record(run, comp0, left, k, active, n, blocks, cols, srv_start)
         return now
 
