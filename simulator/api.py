@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .config import loader
 from .errors import ConfigError
 from .kinds import KINDS
-from .observe.result import Result
+
+if TYPE_CHECKING:
+    from .observe.result import Result
 
 
 def _source_name(scenario) -> str:

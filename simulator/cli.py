@@ -36,6 +36,18 @@ def version() -> str:
         return __version__
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version (importlib.metadata, ~15 ms) only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"lastmile {version()}\n", sys.stdout)  # where argparse's version action prints
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the project's one-line error (argparse prints the whole usage block first)."""
 
@@ -53,15 +65,35 @@ def _verbosity_flags(parser: argparse.ArgumentParser, default) -> None:
                        default=default, help="more detail on stderr (timings)")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top level takes no values)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, dict]:
+    """The parser, with the modules of the subcommands it needs imported.
+
+    Given ``argv``, only its subcommand's module is imported (a plain run does not load the sweep's,
+    the schema's or the calibration's dependencies, and ``--version`` none); every module is imported
+    when the top-level ``--help`` lists them all, or when no ``argv`` is given.
+    """
     parser = _Parser(prog="lastmile", description="Where does the time go between a request "
                                      "and its answer reaching the user? A discrete-event simulator of inference "
                                      "pipelines: GPU compute versus the last mile.")
-    parser.add_argument("--version", action="version", version=f"lastmile {version()}")
+    parser.add_argument("--version", action=_Version)
     _verbosity_flags(parser, progress.NORMAL)
     sub = parser.add_subparsers(dest="command", required=True)
+    if argv is None:
+        wanted = set(COMMANDS)
+    else:
+        command = _command_in(argv)
+        top = argv[: argv.index(command)] if command in argv else argv
+        wanted = {command} & set(COMMANDS) or (set(COMMANDS) if {"-h", "--help"} & set(top) else set())
     modules = {}
     for name, path in COMMANDS.items():
+        if name not in wanted:
+            sub.add_parser(name)  # a valid choice; its help is only shown by the listing that imports it
+            continue
         module = importlib.import_module(path)
         modules[name] = module
         p = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
@@ -71,7 +103,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, modules = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, modules = build_parser(argv)
     args = parser.parse_args(argv)
     progress.configure(args.verbosity)
     t0 = time.perf_counter()

@@ -6,11 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..api import run
-from ..config.loader import parse_override
 from ..errors import ConfigError
-from ..report.text import format_summary
-from ..runfolder import check_out, default_out, write_run
 
 HELP = "simulate a scenario (the built-in default if none is given)"
 
@@ -25,6 +21,11 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    from ..api import run  # the simulator's dependencies, loaded when a run is asked for (not for --help)
+    from ..config.loader import parse_override
+    from ..report.text import format_summary
+    from ..runfolder import check_out, default_out, write_run
+
     overrides = dict(parse_override(o) for o in args.overrides)
     if args.out and not args.no_write:
         check_out(Path(args.out))  # before simulating: a refused folder costs nothing

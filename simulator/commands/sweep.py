@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from ..config.loader import parse_override
-from ..config.yamlio import YAMLInputError, loads
 from ..errors import ConfigError
-from ..sweep import connect, sweep
 
 HELP = "run the cross product of --grid values over a scenario (parallel on local cores, or on a Dask cluster)"
 
@@ -40,6 +35,8 @@ def parse_grid(text: str) -> tuple[str, list]:
     parts = [v.strip() for v in values.split(",")]
     if not key or not any(parts):
         raise ConfigError(f"--grid expects key=v1,v2,..., got {text!r}")
+    from ..config.yamlio import YAMLInputError, loads
+
     out = []
     for v in parts:
         try:
@@ -50,6 +47,11 @@ def parse_grid(text: str) -> tuple[str, list]:
 
 
 def main(args) -> int:
+    import pandas as pd
+
+    from ..config.loader import parse_override
+    from ..sweep import connect, sweep
+
     grid = dict(parse_grid(g) for g in args.grid)
     overrides = dict(parse_override(o) for o in args.overrides)
     client = connect(args.cluster) if args.cluster else None

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError
 from ..kinds import DEFAULT_KIND, KINDS, Kind
 from . import catalog
-from .trace import check_trace
 from .yamlio import YAMLInputError, load_file, loads
 
 _SHORT = reprlib.Repr()
@@ -305,7 +304,9 @@ def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping
             raise _format_validation(exc, model) from None
         except RecursionError:
             raise ConfigError("nested too deeply") from None
-        if getattr(scenario, "workload", None) is not None:
+        if getattr(getattr(scenario, "workload", None), "trace", None):
+            from .trace import check_trace  # reads the trace with pandas: loaded only when there is one
+
             check_trace(scenario)
     except ConfigError as exc:
         if resolver is not None:

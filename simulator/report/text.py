@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..kinds import KINDS
-from ..observe.llm_metrics import CATEGORIES, LAST_MILE
+from ..observe.records import LLM_CATEGORIES as CATEGORIES, LLM_LAST_MILE as LAST_MILE
 
 
 def _row(name: str, st: dict) -> str:
