@@ -16,8 +16,7 @@ vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampl
 class ReplicaLinks:
     """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
 
-    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes,
-                 allreduce_parts=None):
+    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, allreduce_parts):
         self.fabric = topo.fabric
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
         # tokens -> (fixed seconds, seconds of bytes) of one all-reduce, as the cost model has it
