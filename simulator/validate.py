@@ -39,6 +39,7 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "ttft_ms": (("ttft_ms", "mean"), "ms"),
     "itl_ms": (("itl_ms", "mean"), "ms"),
     "e2e_ms": (("e2e_ms", "mean"), "ms"),
+    "batch_latency_s": (("duration_s",), "s"),  # first arrival to last completion: a whole batch's latency
     "output_tokens_per_s": (("throughput", "output_tokens_per_s"), "tok/s"),
     "latency_s": (("latency_s", "p50"), "s"),
     "encode_s": ((), "s"),

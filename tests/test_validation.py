@@ -41,6 +41,9 @@ TOLERANCE = {
     ("vllm_serving_h100", "ttft_ms"): (34, 30_000),
     ("vllm_serving_h100", "tpot_ms"): (14, 71),
     ("vllm_serving_h100", "e2e_ms"): (15, 710),
+    # Out of sample (not in ../shared/reference): vLLM V0's latency benchmark on Mixtral; its tp 8 rows
+    # carry V0's per-step host time (issue 13), see the family's notes.
+    ("vllm_latency_mixtral", "batch_latency_s"): (40, 62),
 }
 
 
@@ -128,10 +131,10 @@ def test_rows_have_signed_errors(table):
 
 def test_readme_block_is_rewritten_between_markers(tmp_path, table):
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\nbefore\n{MARK_START}\nold\n{MARK_END}\nafter\n")
+    readme.write_text(f"# x\n\nbefore\n{MARK_START}\nSTALE-BLOCK\n{MARK_END}\nafter\n")
     rewrite_readme(readme, fidelity_markdown(table))
     text = readme.read_text()
-    assert "old" not in text and "before" in text and "after" in text
+    assert "STALE-BLOCK" not in text and "before" in text and "after" in text
     assert "| llm_decode_batch1 | tpot_ms |" in text
 
 
