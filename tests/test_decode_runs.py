@@ -105,3 +105,17 @@ def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
     simulator.run(trace_scenario("splitwise_conv.csv", 150), change)
     assert coalesced[0] == 0
+
+
+@pytest.mark.parametrize("model, tp, pp", [("llama-2-7b", 1, 1), ("mixtral-8x7b", 2, 1), ("llama-2-70b", 4, 2)])
+def test_decode_compute_is_the_step_cost_to_the_last_bit(model, tp, pp):
+    from simulator.pipelines.llm.serving import build_cost
+
+    cost = build_cost(load_scenario({"model": model, "parallel": {"tp": tp, "pp": pp},
+                                     "workload": {"prompt_tokens": 100, "output_tokens": 10}}))
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 300, 50)
+    ctx = (n * rng.integers(10, 4000, 50)).astype(float) + n
+    got = cost.decode_compute(ctx, n)
+    want = [cost.step(float(c), int(k)).compute for c, k in zip(ctx, n)]
+    assert got.tolist() == want
