@@ -9,9 +9,9 @@ columns and adds two all-reduces per layer; pipeline parallelism splits the laye
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 from ..config import catalog
 from ..hardware.allreduce import ALLREDUCE_POLICIES, AllReduceLink
@@ -77,6 +77,7 @@ class FusedMoEKernel:
         hit = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
         bm = self.block_m(tokens)
         return hit, hit * bm * math.ceil(tokens * top_k / hit / bm)
+
 
 ALLREDUCES_PER_LAYER = 2
 """Megatron-LM tensor parallelism: one all-reduce after attention's output projection and one
@@ -297,7 +298,8 @@ class LLMCostModel:
         # Attention time per layer = max(flop_coef * work / rate, byte terms / bw, kernel floor)
         # + the kernel gap: decode at the decode kernel's rate plus its latency, prefill at the GPU's.
         g = self.gpu
-        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor, g.kernel_overhead)
+        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
+                      g.kernel_overhead)
         self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
 
     def attention_time(self, decode_context: float, decode_requests: int,

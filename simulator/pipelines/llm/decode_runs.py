@@ -37,7 +37,7 @@ class DecodeRuns:
         """Whether the engine's set-up allows runs at all (the per-run conditions come later)."""
         sv = engine.sv
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
-                and sv.stream_interval == 1 and engine._closed_form and not engine.proc.pool.contended)
+                and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended)
 
     def run(self) -> float | None:
         """Commit the longest decode run that can start now; returns when its last step's output
@@ -263,7 +263,8 @@ class DecodeRuns:
         client, fsv = fe.client, fe.sv
         bw = client.bandwidth
         ntok = np.ones(len(req), dtype=np.int64)  # every token is sent as it is made
-        received = serialized + (client.latency + fsv.response_header_bytes / bw) + ntok * (fsv.chunk_bytes_per_token / bw)
+        received = (serialized + (client.latency + fsv.response_header_bytes / bw)
+                    + ntok * (fsv.chunk_bytes_per_token / bw))
         fe.rows.extend(len(req), req=req, step=first + step_of, prefill=0, kind=SENT, e=e_arr[step_of], R=received,
                        tokens=ntok)
         # per-request state after the run
@@ -276,15 +277,13 @@ class DecodeRuns:
         t.last_R[run] = received[last_row]
         bs = eng.sv.block_size
         done = left <= k
-        t.blocks[run] = np.where(done, 0, np.maximum(t.blocks[run], (comp0 + took - 1 + bs) // bs))
-        alloc, freed = blocks
-        sched.kv_free = int(sched.kv_free - alloc[:k].sum() + freed[:k + 1].sum())
+        t.blocks[run] = np.maximum(t.blocks[run], (comp0 + took - 1 + bs) // bs)
+        alloc, _ = blocks
+        sched.kv_free -= int(alloc[:k].sum())
         if done.any():
             finished = run[done]
             t.finished[finished] = True
-            fin = set(finished.tolist())
-            sched.running = [r for r in sched.running if r not in fin]
-            sched._run_arr = None
+            sched.finish(finished)  # frees their blocks, as after each of their last steps
             eng.outstanding -= len(finished)
             # in the order the frontend saw them finish: by step, then running order
             order = np.lexsort((np.nonzero(done)[0], left[done]))

@@ -120,7 +120,7 @@ class Engine:
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
         # Nothing can delay a step once launched (no TP/PP traffic, a booked D2H): its times are
         # closed forms, computed at launch, whenever the previous step's GPU end is known.
-        self._closed_form = self.links.d2h_booked and not self.links.has_comm
+        self.closed_form = self.links.d2h_booked and not self.links.has_comm
         self._wake = None
         self.runs = None  # a DecodeRuns when this engine may step decode runs in closed form
         env.process(self._loop())
@@ -169,7 +169,7 @@ class Engine:
                     f"step {index} ({len(decode)}d+{new_tokens}p)", used)
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
-        if self._closed_form and (prev is None or prev.g1 is not None):
+        if self.closed_form and (prev is None or prev.g1 is not None):
             self._gpu_closed_form(step, a1, launched, step_cost.compute, sampled, category)
         else:
             step.done = env.event()
