@@ -287,7 +287,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     """Assemble the per-request frame, the breakdown, the summary and the trace."""
     t = table
     done = t.finished & np.isfinite(t.last_R)
-    acc = breakdown(t, steps, rows, done)
+    acc, itl, first_last = _folded(t, steps, rows, done)
     ids = np.flatnonzero(done)
     ttft = t.first_R - t.arrival
     e2e = t.last_R - t.arrival
@@ -297,7 +297,6 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[ids].sum())
     itl_sum = float((t.last_R[ids] - t.first_R[ids]).sum())
-    itl = itl_samples(rows, done)
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
     start, end = (float(np.nanmin(t.arrival[ids])), float(np.nanmax(t.last_R[ids]))) if len(ids) else (0.0, 0.0)
@@ -325,7 +324,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         summary["stages"] = stage_summaries(scenario.workload, t.arrival, done, good, ttft, tpot, e2e)
     spans = recorder.frame()
     trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
-                         request_flows(stats, t, steps, rows, done)) if recorder.enabled else []
+                         request_flows(stats, t, steps, first_last, done)) if recorder.enabled else []
     return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)
 
 
@@ -351,18 +350,31 @@ def engine_counters(stats: ServingStats, steps, kv_blocks: int) -> list[Counter]
     return out
 
 
-def request_flows(stats: ServingStats, table, steps, rows, done: np.ndarray) -> pd.DataFrame:
+def _folded(t, steps, ledger, done: np.ndarray):
+    """(category accumulator, ITL gaps, (first step, last step) per request) from the run's token
+    ledger: its folded totals, or a walk over its rows where it had to keep them."""
+    rows = ledger.rows
+    if rows is not None:
+        n = t.n
+        first = np.full(n, np.iinfo(np.int64).max)
+        last = np.full(n, -1)
+        if rows.size:
+            np.minimum.at(first, rows["req"], rows["step"])
+            np.maximum.at(last, rows["req"], rows["step"])
+        return breakdown(t, steps, rows, done), itl_samples(rows, done), (first, last)
+    acc = _Accumulator(t.n, np.nan_to_num(t.first_R, nan=np.inf))
+    acc.full, acc.after = ledger.totals(done)
+    return acc, ledger.itl(done), (ledger.first_step, ledger.last_step)
+
+
+def request_flows(stats: ServingStats, table, steps, first_last, done: np.ndarray) -> pd.DataFrame:
     """Each completed request's path: its tokenization on the API server, its first GPU step and
     its last GPU step (on its replica's first GPU track)."""
+    first, last = first_last
     ids = np.flatnonzero(done)
-    if not len(ids) or not rows.size:
-        return pd.DataFrame(columns=["flow", "track", "time"])
-    n = table.n
-    first = np.full(n, np.iinfo(np.int64).max)
-    last = np.full(n, -1)
-    np.minimum.at(first, rows["req"], rows["step"])
-    np.maximum.at(last, rows["req"], rows["step"])
     ids = ids[last[ids] >= 0]
+    if not len(ids):
+        return pd.DataFrame(columns=["flow", "track", "time"])
     mid = (steps["g0"] + steps["g1"]) / 2
     api = np.array(stats.server_tracks, dtype=object)[table.api[ids]]
     gpu = np.array([e.gpu_tracks[0] for e in stats.engines], dtype=object)[table.replica[ids]]

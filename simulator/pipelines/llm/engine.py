@@ -21,6 +21,7 @@ from ...hardware.cpu import CPUProcess
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.records import PREFILL_ONLY
+from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
 from .scheduler import Scheduler
 from .settings import EngineSettings
@@ -58,10 +59,10 @@ class Replica:
 
 @dataclass
 class Records:
-    """The run's shared column stores: one row per step, one row per emitted token."""
+    """The run's shared stores: one row per step, and the ledger every step's output rows go to."""
 
     steps: Columns
-    rows: Columns
+    rows: TokenLedger
     recorder: object = field(repr=False, default=None)
 
 

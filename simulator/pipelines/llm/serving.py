@@ -18,6 +18,7 @@ from ...observe.columns import Columns
 from ...observe.llm_metrics import ServingStats, build_result
 from ...observe.result import Result
 from ...observe.spans import SpanRecorder
+from ...observe.token_ledger import TokenLedger
 from ...units import fmt_bytes
 from ...workloads.arrivals import make_requests
 from ...workloads.llm import DecodeAttentionKernel, LLMCostModel, LLMShape
@@ -30,7 +31,6 @@ from .settings import EngineSettings, FrontendSettings
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
-ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f8", "R": "f8", "tokens": "i4"}
 
 
 def _divisors(n: int) -> list[int]:
@@ -147,8 +147,11 @@ def simulate(scenario):
     topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
     pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    records = Records(Columns(STEP_COLUMNS),
-                      Columns(ROW_COLUMNS, capacity=max(1024, int(specs.output.sum()) + len(specs))), recorder)
+    steps = Columns(STEP_COLUMNS)
+    # a separate detokenizer may hand a step's tokens over after a later step's rows: keep every row
+    ledger = TokenLedger(table, steps, keep_rows=sv.detokenizer == "separate",
+                         capacity=max(1024, int(specs.output.sum()) + len(specs)))
+    records = Records(steps, ledger, recorder)
     servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
     closed = scenario.workload.arrival == "closed"
     next_rid = [0]
