@@ -43,7 +43,7 @@ class TokenLedger:
         self.zeros = np.zeros(n, dtype=np.int64)    # tokens that arrived in a chunk after its first
         self.first_step = np.full(n, np.iinfo(np.int64).max)
         self.last_step = np.full(n, -1, dtype=np.int64)
-        self.gaps = Columns({"gap": "f8", "req": "i4"}, min(capacity, FOLD_ROWS))
+        self.gaps = Columns({"gap": "f8", "req": "i4"}, capacity)  # sized once: no doubling copies
         self.rows = Columns(ROW_COLUMNS, capacity) if keep_rows else None
         self.buffer = Columns(ROW_COLUMNS, FOLD_ROWS) if not keep_rows else None
         self.size = 0
