@@ -119,3 +119,19 @@ def test_decode_compute_is_the_step_cost_to_the_last_bit(model, tp, pp):
     got = cost.decode_compute(ctx, n)
     want = [cost.step(float(c), int(k)).compute for c, k in zip(ctx, n)]
     assert got.tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_reproduce_random_single_gpu_set_ups(seed, coalesced):
+    rng = np.random.default_rng(seed)
+    gpu = str(rng.choice(["a100-sxm-80g", "h100-sxm", "l40s"]))
+    raw = {"name": "random", "model": str(rng.choice(["llama-2-7b", "llama-3-8b"])),
+           "dtype": "fp8" if gpu == "l40s" else "fp16", "hardware": {"gpu": gpu},
+           "serving": {"max_batch": int(rng.choice([8, 32, 128])), "max_batched_tokens": int(rng.choice([512, 8192])),
+                       "block_size": int(rng.choice([16, 32])), "api_servers": int(rng.choice([1, 2]))},
+           "workload": {"requests": 120, "arrival": str(rng.choice(["poisson", "gamma"])),
+                        "rate": f"{float(rng.uniform(2, 30)):.2f}/s",
+                        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 1500},
+                        "output_tokens": {"dist": "uniform", "low": 1, "high": 300}}}
+    assert_same(*both(raw))
+    assert coalesced[0] > 0
