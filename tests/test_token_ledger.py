@@ -70,3 +70,26 @@ def test_a_separate_detokenizer_keeps_every_row(monkeypatch):
     simulator.run(None, {"serving.detokenizer": "engine", "workload.requests": 20})
     assert made[0].rows is not None and made[0].buffer is None
     assert made[1].rows is None and made[1].buffer is not None
+
+
+def test_past_the_exact_store_the_itl_percentiles_come_from_the_sketch(monkeypatch):
+    import simulator.observe.token_ledger as ledger
+
+    raw = ("scenarios/llm/benchmark_splitwise_a100.yaml", {"workload.requests": 600, "record_spans": False})
+    exact = simulator.run(*raw)
+    monkeypatch.setattr(ledger, "EXACT_GAPS", 5_000)  # spill into the sketch many times over
+    monkeypatch.setattr(ledger, "FOLD_ROWS", 4_096)
+    sketched = simulator.run(*raw)
+    assert exact.summary.get("itl_quantile_error") is None and exact.itl is not None
+    assert sketched.summary["itl_quantile_error"] == 1e-3 and sketched.itl is None
+    a, b = exact.summary["itl_ms"], sketched.summary["itl_ms"]
+    assert b["mean"] == pytest.approx(a["mean"], rel=1e-9)
+    for q in ("p50", "p90", "p99"):
+        # within the sketch's relative error of an order statistic next to numpy's interpolation
+        assert b[q] == pytest.approx(a[q], rel=2e-3)
+    sa, sb = exact.summary["itl_stalls"], sketched.summary["itl_stalls"]
+    assert sb["p99_over_p50"] == pytest.approx(sa["p99_over_p50"], rel=5e-3)
+    assert sb["gaps_over_2x_median"] == pytest.approx(sa["gaps_over_2x_median"], rel=0.02)
+    # everything else is untouched by where the gaps live
+    assert sketched.summary["breakdown_share"] == exact.summary["breakdown_share"]
+    assert sketched.summary["tpot_ms"] == exact.summary["tpot_ms"]

@@ -40,6 +40,13 @@ class Columns:
         self.size = i + 1
         return i
 
+    def keep(self, mask: np.ndarray) -> None:
+        """Drop the rows where ``mask`` (one bool per row) is False; the rest keep their order."""
+        n = int(np.count_nonzero(mask))
+        for arr in self._data.values():
+            arr[:n] = arr[: self.size][mask]
+        self.size = n
+
     def __getitem__(self, key: str) -> np.ndarray:
         return self._data[key][: self.size]
 

@@ -20,6 +20,7 @@ from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
 from .columns import Columns
 from .stats import stats as stats_of
 from .result import Result
+from .sketch import QuantileSketch
 
 CATEGORIES, LAST_MILE = LLM_CATEGORIES, LLM_LAST_MILE
 
@@ -240,8 +241,25 @@ def _kv_summary(stats: ServingStats, kv_blocks: int) -> dict:
             "mean_occupancy": sum(en.kv_sum for en in engines) / busy / kv_blocks}
 
 
-def _itl_stalls(itl: np.ndarray) -> dict:
-    """p99/p50 of the gaps and how many exceed twice the median, from one partitioned copy of them."""
+def _itl_stats(itl) -> dict:
+    """p50/p90/p99/mean of the gaps in ms: of every gap, or from their sketch."""
+    if not isinstance(itl, QuantileSketch):
+        return stats_of(itl, 1e3)
+    if not itl.count:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p50, p90, p99 = (itl.quantile(q) * 1e3 for q in (0.5, 0.9, 0.99))
+    return {"p50": p50, "p90": p90, "p99": p99, "mean": itl.total / itl.count * 1e3}
+
+
+def _itl_stalls(itl) -> dict:
+    """p99/p50 of the gaps and how many exceed twice the median, from one partitioned copy of them
+    (or from their sketch)."""
+    if isinstance(itl, QuantileSketch):
+        if not itl.count:
+            return {"p99_over_p50": None, "gaps_over_2x_median": 0}
+        p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
+        return {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
+                "gaps_over_2x_median": itl.count_above(2 * p50)}
     if not len(itl):
         return {"p99_over_p50": None, "gaps_over_2x_median": 0}
     work = itl.copy()
@@ -305,7 +323,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     summary = {
         "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": int(len(ids)),
         "duration_s": end - start,
-        "ttft_ms": stats_of(ttft[ids], 1e3), "itl_ms": stats_of(itl, 1e3), "tpot_ms": stats_of(tpot[ids], 1e3),
+        "ttft_ms": stats_of(ttft[ids], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[ids], 1e3),
         "e2e_ms": stats_of(e2e[ids], 1e3),
         "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": len(ids) / span,
                        "total_tokens_per_s": (out_tokens + float(t.prompt[ids].sum())) / span},
@@ -320,6 +338,9 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "kv_cache": _kv_summary(stats, kv_blocks),
         "memory_per_gpu_gib": memory, "steps": int(steps.size), "preemptions": int(t.preemptions.sum()),
     }
+    if isinstance(itl, QuantileSketch):  # too many gaps to keep: their percentiles come from a sketch
+        summary["itl_quantile_error"] = itl.rel_error
+        itl = None
     if scenario.workload.stages:
         summary["stages"] = stage_summaries(scenario.workload, t.arrival, done, good, ttft, tpot, e2e)
     spans = recorder.frame()

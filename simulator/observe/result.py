@@ -67,7 +67,8 @@ class Result:
     completed request, indexed by ``request`` too (so the two join), one column per latency
     category in seconds, summing to its latency; ``spans``: one row per recorded span (track,
     name, start, end, category); ``itl``: every inter-token gap at the client in seconds (LLM
-    runs). ``trace_events``: the trace (a :class:`~simulator.observe.perfetto.Trace`, or a list
+    runs; None for a run with more gaps than the token ledger keeps exactly, whose summary then
+    says ``itl_quantile_error``). ``trace_events``: the trace (a :class:`~simulator.observe.perfetto.Trace`, or a list
     of event dicts), written to ``trace.json``.
     """
 

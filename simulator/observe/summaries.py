@@ -120,6 +120,7 @@ class LLMSummary(RunSummary):
     last_mile_share: Share = None
     itl_last_mile_share: Share = None
     itl_stalls: Optional[ITLStalls] = None
+    itl_quantile_error: Optional[float] = None  # set when the ITL percentiles come from a sketch
     utilization: Optional[dict[str, Share]] = None
     kv_cache: Optional[KVCache] = None
     steps: Optional[int] = None
