@@ -170,7 +170,8 @@ def breakdown_bars(rows: pd.DataFrame, label: str, title: str, absolute: bool = 
 
 def itl_samples(result) -> tuple[np.ndarray, str]:
     """Every inter-token gap (s) the clients saw in an LLM run, with its axis label."""
-    return np.asarray(result.itl, dtype=float), "inter-token latency (ms)"
+    gaps = result.itl if result.itl is not None else ()  # None: the run kept a sketch of them only
+    return np.asarray(gaps, dtype=float), "inter-token latency (ms)"
 
 
 def _cdf(ax, values: np.ndarray, label: str, color: str) -> None:
