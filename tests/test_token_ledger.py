@@ -17,9 +17,13 @@ class KeepEveryRow(TokenLedger):
 
 
 def both(monkeypatch, scenario, overrides):
+    """The run with every row kept and walked at the end (all steps kept too), and as it runs."""
+    from simulator.observe.columns import Columns, RingColumns
+
     out = []
-    for ledger in (KeepEveryRow, TokenLedger):
+    for ledger, steps in ((KeepEveryRow, Columns), (TokenLedger, RingColumns)):
         monkeypatch.setattr(serving, "TokenLedger", ledger)
+        monkeypatch.setattr(serving, "RingColumns", steps)
         out.append(simulator.run(scenario, overrides))
     return out
 
@@ -93,3 +97,32 @@ def test_past_the_exact_store_the_itl_percentiles_come_from_the_sketch(monkeypat
     # everything else is untouched by where the gaps live
     assert sketched.summary["breakdown_share"] == exact.summary["breakdown_share"]
     assert sketched.summary["tpot_ms"] == exact.summary["tpot_ms"]
+
+
+def test_with_spans_off_the_steps_live_in_a_ring_and_the_totals_do_not_move(monkeypatch):
+    import simulator.observe.columns as columns
+
+    raw = ("scenarios/llm/benchmark_splitwise_a100.yaml", {"workload.requests": 400, "record_spans": False})
+    walked, _ = both(monkeypatch, *raw)
+    small = columns.RingColumns.__init__.__defaults__
+    monkeypatch.setattr(columns.RingColumns.__init__, "__defaults__", (1024,))  # fold every 512 steps
+    folded = simulator.run(*raw)
+    monkeypatch.setattr(columns.RingColumns.__init__, "__defaults__", small)
+    np.testing.assert_allclose(folded.breakdown.to_numpy(), walked.breakdown.to_numpy(), rtol=1e-12, atol=1e-15)
+    assert folded.summary["steps"] == walked.summary["steps"] > 2048
+    assert folded.summary["itl_ms"] == pytest.approx(walked.summary["itl_ms"], rel=1e-12)
+
+
+def test_ring_columns_hold_the_last_rows_by_their_absolute_numbers():
+    from simulator.observe.columns import RingColumns
+
+    ring = RingColumns({"x": "f8"}, capacity=4)
+    ring.extend(3, x=[0.0, 1.0, 2.0])
+    assert ring.append(x=3.0) == 3
+    ring.extend(3, x=[4.0, 5.0, 6.0])  # wraps
+    assert ring.size == 7 and ring.oldest() == 3
+    assert ring["x"][[3, 4, 5, 6]].tolist() == [3.0, 4.0, 5.0, 6.0]
+    ring.set("x", 5, 50.0)
+    assert ring["x"][5] == 50.0
+    with pytest.raises(ValueError):
+        ring.extend(5, x=0.0)

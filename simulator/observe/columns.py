@@ -53,3 +53,64 @@ class Columns:
     def column(self, key: str) -> np.ndarray:
         """The backing array (valid up to ``size``), for in-place updates of earlier rows."""
         return self._data[key]
+
+    def set(self, key: str, index: int, value) -> None:
+        """Overwrite one earlier row's value."""
+        self._data[key][index] = value
+
+
+class RingColumns(Columns):
+    """The last ``capacity`` rows of named columns, addressed by their absolute row numbers: for
+    records read only shortly after they are written (an engine's steps, while the token ledger
+    folds the rows that refer to them), so memory stays flat however long the run. ``size``
+    counts every row ever appended."""
+
+    def __init__(self, dtypes: dict[str, str], capacity: int = 1 << 16):
+        super().__init__(dtypes, capacity)
+        self.capacity = capacity
+
+    def _grow(self, need: int) -> None:  # never grows: old rows are overwritten
+        return
+
+    def extend(self, n: int, **values) -> None:
+        if n <= 0:
+            return
+        if n > self.capacity:
+            raise ValueError(f"{n} rows do not fit a ring of {self.capacity}")
+        at = self.size % self.capacity
+        first = min(n, self.capacity - at)
+        for k, arr in self._data.items():
+            v = np.broadcast_to(np.asarray(values[k]), (n,))
+            arr[at: at + first] = v[:first]
+            arr[: n - first] = v[first:]
+        self.size += n
+
+    def append(self, **values) -> int:
+        i, at = self.size, self.size % self.capacity
+        for k, arr in self._data.items():
+            arr[at] = values[k]
+        self.size = i + 1
+        return i
+
+    def oldest(self) -> int:
+        """The first row number still held."""
+        return max(0, self.size - self.capacity)
+
+    def __getitem__(self, key: str) -> "_RingView":
+        return _RingView(self._data[key], self.capacity)
+
+    def column(self, key: str):
+        return _RingView(self._data[key], self.capacity)
+
+    def set(self, key: str, index: int, value) -> None:
+        self._data[key][index % self.capacity] = value
+
+
+class _RingView:
+    """A ring column indexed by absolute row numbers (those still held)."""
+
+    def __init__(self, data: np.ndarray, capacity: int):
+        self.data, self.capacity = data, capacity
+
+    def __getitem__(self, index):
+        return self.data[np.asarray(index) % self.capacity]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Columns
+from .columns import Columns, RingColumns
 from .records import LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
 from .sketch import QuantileSketch
 
@@ -55,6 +55,7 @@ class TokenLedger:
         self.sketch: QuantileSketch | None = None
         self.rows = Columns(ROW_COLUMNS, capacity) if keep_rows else None
         self.buffer = Columns(ROW_COLUMNS, FOLD_ROWS) if not keep_rows else None
+        self._first_step = None  # the oldest step the buffered rows refer to
         self.size = 0
 
     def extend(self, n: int, **row) -> None:
@@ -66,7 +67,12 @@ class TokenLedger:
             self.rows.extend(n, **row)
             return
         self.buffer.extend(n, **row)
-        if self.buffer.size >= FOLD_ROWS:
+        low = int(np.min(row["step"]))
+        self._first_step = low if self._first_step is None else min(self._first_step, low)
+        # fold before the buffer's steps could leave a ring of steps: with half its length of margin,
+        # more than any batch of steps recorded at once (a decode run of at most 256)
+        ring = isinstance(self.steps, RingColumns) and self.steps.size - self._first_step > self.steps.capacity // 2
+        if self.buffer.size >= FOLD_ROWS or ring:
             self.flush()
 
     def flush(self) -> None:
@@ -80,6 +86,7 @@ class TokenLedger:
         self._fold(req, b["step"][order].astype(np.int64), b["prefill"][order].astype(bool), b["kind"][order],
                    b["e"][order], b["R"][order], b["tokens"][order])
         b.size = 0
+        self._first_step = None
         if self.gaps.size > EXACT_GAPS:
             self._spill()
 

@@ -230,7 +230,7 @@ class Engine:
     def _copied(self, step: Step, comm: float, d1: float) -> None:
         step.d1 = d1
         for key, value in (("g0", step.g0), ("g1", step.g1), ("comm", comm), ("d1", d1)):
-            self.steps.column(key)[step.index] = value
+            self.steps.set(key, step.index, value)
 
     def _process(self, step: Step):
         """Turn a finished step into tokens: who emitted, who sends a chunk, who finished.

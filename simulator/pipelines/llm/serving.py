@@ -14,7 +14,7 @@ from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.allreduce import allreduce_link
 from ...hardware.gpu import GPU
 from ...hardware.topology import LinkParams, Topology
-from ...observe.columns import Columns
+from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
 from ...observe.result import Result
 from ...observe.spans import SpanRecorder
@@ -147,10 +147,12 @@ def simulate(scenario):
     topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
     pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    steps = Columns(STEP_COLUMNS)
     # a separate detokenizer may hand a step's tokens over after a later step's rows: keep every row
-    ledger = TokenLedger(table, steps, keep_rows=sv.detokenizer == "separate",
-                         capacity=max(1024, int(specs.output.sum()) + len(specs)))
+    keep_rows = sv.detokenizer == "separate"
+    # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
+    # ledger reads them while it folds, and only the recent ones need to be held
+    steps = Columns(STEP_COLUMNS) if scenario.record_spans or keep_rows else RingColumns(STEP_COLUMNS)
+    ledger = TokenLedger(table, steps, keep_rows=keep_rows, capacity=max(1024, int(specs.output.sum()) + len(specs)))
     records = Records(steps, ledger, recorder)
     servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
     closed = scenario.workload.arrival == "closed"
