@@ -204,6 +204,8 @@ class TokenLedger:
             out.add_zeros(int(self.zeros[done].sum()))
             return out
         zeros = int(self.zeros[done].sum())
+        if not zeros and keep.all():
+            return self.gaps["gap"]  # every gap is a done request's: the store itself, not a copy
         out = np.empty(int(keep.sum()) + zeros)
         out[: len(out) - zeros] = self.gaps["gap"][keep]
         out[len(out) - zeros:] = 0.0
