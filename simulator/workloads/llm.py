@@ -379,9 +379,9 @@ class LLMCostModel:
         ctx = np.asarray(decode_context, dtype=float)
         flop, _, _, floor, _ = self._attn
         d_kv, d_q, d_fixed = self._decode_attn
-        uniq, inv = np.unique(n, return_inverse=True)
-        lin = np.array([self.linear_time(int(x)) for x in uniq])[inv]
-        head = np.array([self.head_time(int(x)) for x in uniq])[inv]
+        counts = n.tolist()  # both are memoized per batch size
+        lin = np.fromiter(map(self.linear_time, counts), dtype=float, count=len(counts))
+        head = np.fromiter(map(self.head_time, counts), dtype=float, count=len(counts))
         attn = self.layers_per_stage * (np.maximum(np.maximum(ctx * flop, ctx * d_kv + n * d_q), floor) + d_fixed)
         return self.pp * (lin + attn) + head
 
