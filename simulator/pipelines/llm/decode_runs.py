@@ -250,9 +250,9 @@ class DecodeRuns:
         step_of, col = np.nonzero(act)
         req = run[col]
         pc = fe.cpu.stream_per_chunk
+        rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
         if len(fe.servers) == 1:
-            pos = np.cumsum(act, axis=1)[step_of, col]
-            serialized = np.array(srv_start[0])[step_of] + pc * pos
+            serialized = np.array(srv_start[0])[step_of] + pc * rank[step_of, col]
         else:
             serialized = np.empty(len(req))
             api = t.api[run]
@@ -272,9 +272,10 @@ class DecodeRuns:
         t.computed[run] = comp0 + took
         t.generated[run] += took
         t.sent[run] = t.generated[run]
-        last_row = np.zeros(len(run), dtype=np.int64)
-        np.maximum.at(last_row, col, np.arange(len(req)))
-        t.last_R[run] = received[last_row]
+        # each request's last row: its last step's first row plus its place in that step
+        step_rows = np.r_[0, np.cumsum(n[:k])[:-1]]
+        last_step = took - 1
+        t.last_R[run] = received[step_rows[last_step] + rank[last_step, np.arange(len(run))] - 1]
         bs = eng.sv.block_size
         done = left <= k
         t.blocks[run] = np.maximum(t.blocks[run], (comp0 + took - 1 + bs) // bs)
