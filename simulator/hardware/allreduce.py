@@ -30,6 +30,13 @@ class AllReduceLink:
     twoshot_bandwidth: float
     fully_connected: bool
 
+    @classmethod
+    def without_kernels(cls, latency: float, bandwidth: float, bus_bandwidth: float,
+                        fully_connected: bool) -> "AllReduceLink":
+        """A link with no measured kernel all-reduce: each kernel costs two hops of its latency
+        and reads at its copy rate."""
+        return cls(latency, bus_bandwidth, 2 * latency, bandwidth, 2 * latency, bandwidth, fully_connected)
+
 
 class AllReducePolicy:
     """An engine's all-reduce: :meth:`parts` of one all-reduce of ``nbytes`` over ``n`` GPUs."""
@@ -94,11 +101,9 @@ ALLREDUCE_POLICIES = {p.name: p for p in (VLLMAllReduce(), NCCLAllReduce())}
 def allreduce_link(spec) -> AllReduceLink:
     """The closed-form figures of a catalog :class:`~simulator.config.models.LinkSpec`: its
     measured kernel all-reduce where it has one, else two hops of its latency at its copy rate."""
-    bw = spec.effective_bandwidth
     k = spec.kernel_allreduce
     if k is None:
-        one = two = (2 * spec.latency, bw)
-    else:
-        one, two = (k.oneshot_latency, k.oneshot_bandwidth), (k.twoshot_latency, k.twoshot_bandwidth)
-    return AllReduceLink(spec.latency, spec.allreduce_bandwidth, one[0], one[1], two[0], two[1],
-                         spec.fully_connected)
+        return AllReduceLink.without_kernels(spec.latency, spec.effective_bandwidth, spec.allreduce_bandwidth,
+                                             spec.fully_connected)
+    return AllReduceLink(spec.latency, spec.allreduce_bandwidth, k.oneshot_latency, k.oneshot_bandwidth,
+                         k.twoshot_latency, k.twoshot_bandwidth, spec.fully_connected)

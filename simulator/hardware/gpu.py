@@ -95,11 +95,6 @@ class GPU:
         waves = math.ceil(units / self.sm_count)
         return units / (waves * self.sm_count), waves, max(1, math.ceil(k / split / TILE_K))
 
-    def wave_efficiency(self, m: int, n: int, k: int) -> tuple[float, int]:
-        """(fraction of SM slots doing useful tiles, number of waves) for an m x n x k GEMM."""
-        eff, waves, _ = self.tiling(m, n, k)
-        return eff, waves
-
     def op_time(self, op: Op) -> float:
         """GPU time of ``op`` (all its ``count`` repetitions), seconds."""
         mem = op.bytes / self.bandwidth

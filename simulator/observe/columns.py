@@ -50,10 +50,6 @@ class Columns:
     def __getitem__(self, key: str) -> np.ndarray:
         return self._data[key][: self.size]
 
-    def column(self, key: str) -> np.ndarray:
-        """The backing array (valid up to ``size``), for in-place updates of earlier rows."""
-        return self._data[key]
-
     def set(self, key: str, index: int, value) -> None:
         """Overwrite one earlier row's value."""
         self._data[key][index] = value
@@ -97,9 +93,6 @@ class RingColumns(Columns):
         return max(0, self.size - self.capacity)
 
     def __getitem__(self, key: str) -> "_RingView":
-        return _RingView(self._data[key], self.capacity)
-
-    def column(self, key: str):
         return _RingView(self._data[key], self.capacity)
 
     def set(self, key: str, index: int, value) -> None:

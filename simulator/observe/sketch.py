@@ -56,11 +56,10 @@ class QuantileSketch:
         if n:
             self.max = max(self.max, 0.0)
 
-    def merged(self, other: "QuantileSketch") -> "QuantileSketch":
+    def copy(self) -> "QuantileSketch":
         out = QuantileSketch(self.rel_error)
-        out.counts = self.counts + other.counts
-        out.zeros, out.count = self.zeros + other.zeros, self.count + other.count
-        out.total, out.max = self.total + other.total, max(self.max, other.max)
+        out.counts = self.counts.copy()
+        out.zeros, out.count, out.total, out.max = self.zeros, self.count, self.total, self.max
         return out
 
     def quantile(self, q: float) -> float:

@@ -67,13 +67,18 @@ class TokenLedger:
             self.rows.extend(n, **row)
             return
         self.buffer.extend(n, **row)
-        low = int(np.min(row["step"]))
-        self._first_step = low if self._first_step is None else min(self._first_step, low)
-        # fold before the buffer's steps could leave a ring of steps: with half its length of margin,
-        # more than any batch of steps recorded at once (a decode run of at most 256)
-        ring = isinstance(self.steps, RingColumns) and self.steps.size - self._first_step > self.steps.capacity // 2
-        if self.buffer.size >= FOLD_ROWS or ring:
+        if self.buffer.size >= FOLD_ROWS or self._steps_leaving(row["step"]):
             self.flush()
+
+    def _steps_leaving(self, steps) -> bool:
+        """Whether the buffered rows' oldest step is about to leave a ring of steps: fold with half
+        the ring of margin, more than any batch of steps recorded at once (a decode run of at most
+        256)."""
+        if not isinstance(self.steps, RingColumns):
+            return False
+        low = int(np.min(steps))
+        self._first_step = low if self._first_step is None else min(self._first_step, low)
+        return self.steps.size - self._first_step > self.steps.capacity // 2
 
     def flush(self) -> None:
         """Fold the buffered rows: request by request, each request's rows in the order they came."""
@@ -199,7 +204,7 @@ class TokenLedger:
         self.flush()
         keep = done[self.gaps["req"]]
         if self.sketch is not None:
-            out = QuantileSketch(self.sketch.rel_error).merged(self.sketch)
+            out = self.sketch.copy()
             out.add(self.gaps["gap"][keep])
             out.add_zeros(int(self.zeros[done].sum()))
             return out

@@ -287,8 +287,8 @@ class LLMCostModel:
         if self.moe is None:
             self.moe = FusedMoEKernel.from_catalog(catalog.kernels()["fused_moe"])
         if self.allreduce_link is None:
-            lat, bw = 2 * self.link_latency, self.link_bandwidth
-            self.allreduce_link = AllReduceLink(self.link_latency, bw, lat, bw, lat, bw, True)
+            bw = self.link_bandwidth
+            self.allreduce_link = AllReduceLink.without_kernels(self.link_latency, bw, bw, True)
         s, b = self.shape, self.b
         qh = s.heads // self.tp
         kvh = max(1, s.kv_heads // self.tp)

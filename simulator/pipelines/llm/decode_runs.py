@@ -58,7 +58,7 @@ class DecodeRuns:
         left = t.output[run] - t.generated[run]          # steps each request still decodes
         # Plan no further than the steps that could fit (the rest is planned when this run ends).
         fit = int(room / self.shortest) + 1 if self.shortest > 0 and room < float("inf") else 256
-        plan = self._plan(run, comp0, left, min(int(left.max()), max(fit, 1), 256))
+        plan = self._plan(run, comp0, left, min(int(left.max()), fit, 256))
         if plan is None:
             return None
         steps, active, n, ctx, used, blocks = plan

@@ -89,6 +89,8 @@ class Strategy:
     """Whether its GPUs run in lockstep inside a stage group (False: CFG branches, PP stages)."""
     caches_cross_kv: ClassVar[bool] = False
     """Whether its attention module caches the text K/V (else diffusers recomputes it per call)."""
+    splits_sequence: ClassVar[bool] = False
+    """Whether it splits the image tokens ``degree`` ways (sequence and patch parallelism)."""
 
     def __init__(self, degree: int, parallel):
         self.degree = degree
@@ -101,7 +103,7 @@ class Strategy:
     @property
     def sequence_split(self) -> int:
         """Ways it splits the image tokens over the lockstep group."""
-        return 1
+        return self.degree if self.splits_sequence else 1
 
     @property
     def tensor_split(self) -> int:

@@ -19,10 +19,7 @@ KV_COPIES = 2
 
 class DistriFusion(Strategy):
     key = "distrifusion"
-
-    @property
-    def sequence_split(self) -> int:
-        return self.degree
+    splits_sequence = True
 
     def _kv_layer_bytes(self, batch: int, tokens: int, inner: int, act_bytes: int) -> int:
         """K and V of one layer over the full image."""

@@ -25,10 +25,7 @@ _ATTENTION = ("self_attn", "joint_attn")  # the image attention the ring splits
 
 class Ring(Strategy):
     key = "ring"
-
-    @property
-    def sequence_split(self) -> int:
-        return self.degree
+    splits_sequence = True
 
     def add_work(self, ctx: StageContext, work: StageWork) -> None:
         r, n, link = self.degree, ctx.n_layers, ctx.link

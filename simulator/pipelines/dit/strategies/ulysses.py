@@ -25,10 +25,7 @@ def gathered_kv_bytes(mem: MemoryContext, ulysses: int) -> float:
 
 class Ulysses(Strategy):
     key = "ulysses"
-
-    @property
-    def sequence_split(self) -> int:
-        return self.degree
+    splits_sequence = True
 
     def add_work(self, ctx: StageContext, work: StageWork) -> None:
         u, n, link = self.degree, ctx.n_layers, ctx.link
