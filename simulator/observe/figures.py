@@ -8,10 +8,14 @@ when figures are drawn, so loading the package stays fast.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
+    import pandas as pd
 
 FIGURES = ("breakdown.png", "latency_cdf.png", "timeline.png")
 CDF_POINTS = 2000

@@ -10,10 +10,11 @@ not covered is queueing. The final token's last mile closes the request.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
@@ -21,6 +22,9 @@ from .columns import Columns
 from .stats import stats as stats_of
 from .result import Result
 from .sketch import QuantileSketch
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
+    import pandas as pd
 
 CATEGORIES, LAST_MILE = LLM_CATEGORIES, LLM_LAST_MILE
 
@@ -209,18 +213,31 @@ class ServingStats:
     server_tracks: tuple[str, ...]
 
 
-def _request_frames(t, acc, done: np.ndarray, ttft, tpot, e2e) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per request (times in seconds), and the breakdown of each completed one."""
+def _request_frames(t, acc, done: np.ndarray, ttft, tpot, e2e) -> tuple:
+    """Builders of one row per request (times in seconds) and of the breakdown of each completed one:
+    the frames are made when first read (:class:`~simulator.observe.result.Result`), so a run that
+    only prints its summary never imports pandas."""
     ids = np.flatnonzero(done)
-    requests = pd.DataFrame({
+    return (lambda: _requests_frame(t, done, ttft, tpot, e2e),
+            lambda: _breakdown_frame(acc, ids, e2e))
+
+
+def _requests_frame(t, done, ttft, tpot, e2e):
+    import pandas as pd
+
+    return pd.DataFrame({
         "arrival_s": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
         "api_server": t.api, "replica": t.replica, "tokenized_s": t.tok_end, "first_token_s": t.first_R,
         "last_token_s": t.last_R, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "preemptions": t.preemptions,
         "completed": done,
     }, index=pd.RangeIndex(t.n, name="request"))
-    bd = pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
-                      index=pd.Index(ids, name="request"))
-    return requests, bd
+
+
+def _breakdown_frame(acc, ids, e2e):
+    import pandas as pd
+
+    return pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
+                        index=pd.Index(ids, name="request"))
 
 
 def _utilization(recorder, stats: ServingStats, horizon: float) -> dict:
@@ -343,9 +360,12 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         itl = None
     if scenario.workload.stages:
         summary["stages"] = stage_summaries(scenario.workload, t.arrival, done, good, ttft, tpot, e2e)
-    spans = recorder.frame()
-    trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
-                         request_flows(stats, t, steps, first_last, done)) if recorder.enabled else []
+    if recorder.enabled:
+        spans = recorder.frame()
+        trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
+                             request_flows(stats, t, steps, first_last, done))
+    else:
+        spans, trace = recorder.frame, []
     return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)
 
 
@@ -394,6 +414,8 @@ def request_flows(stats: ServingStats, table, steps, first_last, done: np.ndarra
     first, last = first_last
     ids = np.flatnonzero(done)
     ids = ids[last[ids] >= 0]
+    import pandas as pd
+
     if not len(ids):
         return pd.DataFrame(columns=["flow", "track", "time"])
     mid = (steps["g0"] + steps["g1"]) / 2

@@ -10,6 +10,8 @@ to nest. Every span is written (no cap): events are streamed to the file, not bu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import heapq
 import json
 from dataclasses import dataclass, field
@@ -17,7 +19,9 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
+    import pandas as pd
 
 REQUEST_NAME = r"^r(\d+) "
 """Span names that start with ``r<id> `` belong to request ``<id>`` (DiT, token pipeline)."""
@@ -105,6 +109,8 @@ class Trace:
     # -- layout ------------------------------------------------------------------------------
     def _layout(self):
         """Spans sorted by track and start, in ns, with a lane each; pid and tid per (track, lane)."""
+        import pandas as pd  # only a trace with spans needs it
+
         sp = self.spans
         tracks = sorted(set(sp["track"].astype(str)) | {c.track for c in self.counters})
         groups = sorted({_group(t) for t in tracks})
@@ -201,6 +207,8 @@ class Trace:
 def request_flows(spans: pd.DataFrame) -> pd.DataFrame:
     """Flow points of requests whose spans are named ``r<id> ...``: its first span on each track, in
     time order, then its last span."""
+    import pandas as pd
+
     if spans.empty:
         return pd.DataFrame(columns=["flow", "track", "time"])
     rid = spans["name"].astype(str).str.extract(REQUEST_NAME, expand=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import html
 import json
 import math
@@ -9,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from .figures import write_run_figures
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
+    import pandas as pd
 
 
 def json_safe(value):
@@ -75,11 +79,30 @@ class Result:
     kind: str
     scenario: object
     summary: dict
-    requests: pd.DataFrame
-    breakdown: pd.DataFrame
-    spans: pd.DataFrame
+    _requests: object  # each of the three frames, or a function that builds it when first read
+    _breakdown: object
+    _spans: object
     trace_events: object = field(default_factory=list, repr=False)
     itl: np.ndarray | None = field(default=None, repr=False)
+
+    def _frame(self, name: str) -> "pd.DataFrame":
+        value = getattr(self, name)
+        if callable(value):
+            value = value()
+            setattr(self, name, value)
+        return value
+
+    @property
+    def requests(self) -> "pd.DataFrame":
+        return self._frame("_requests")
+
+    @property
+    def breakdown(self) -> "pd.DataFrame":
+        return self._frame("_breakdown")
+
+    @property
+    def spans(self) -> "pd.DataFrame":
+        return self._frame("_spans")
 
     def resolved_scenario(self) -> dict:
         return self.scenario.model_dump(mode="json")

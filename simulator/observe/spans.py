@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
+    import pandas as pd
 
 
 @dataclass
@@ -46,6 +49,8 @@ class SpanRecorder:
 
     def frame(self) -> pd.DataFrame:
         """All recorded spans as a DataFrame (columns track, name, start, end, category)."""
+        import pandas as pd  # imported where a frame is built: a run without spans never needs pandas
+
         return pd.DataFrame({"track": self.track, "name": self.name, "start": self.start,
                              "end": self.end, "category": self.category})
 

@@ -168,9 +168,7 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     fit it (the loader has already rejected lengths that do not fit otherwise)."""
     if workload.trace:
         df = read_trace(workload.trace, limit=workload.requests)
-        prompt = df["num_prefill_tokens"].to_numpy(np.int64)
-        output = df["num_decode_tokens"].to_numpy(np.int64)
-        at = df["arrived_at"].to_numpy(float)
+        prompt, output, at = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at
         n = len(df)
         if getattr(workload, "trace_repeat", False) and workload.requests > n:
             # Replayed again and again: request i is row i mod rows (config.trace.repeated_rows).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from ...config.models import upper_tokens
@@ -118,6 +117,8 @@ def _oom_result(scenario, exc: DoesNotFit) -> Result:
     summary = {"kind": "llm", "scenario": scenario.name, "status": "oom",
                "requests_total": scenario.workload.requests, "requests_completed": 0,
                "memory_per_gpu_gib": exc.memory, "message": exc.message, "memory_key": exc.key}
+    import pandas as pd
+
     empty = pd.DataFrame(index=pd.RangeIndex(0, name="request"))
     return Result("llm", scenario, summary, empty, empty.copy(),
                   pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
