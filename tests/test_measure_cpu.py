@@ -68,3 +68,11 @@ def test_cli_writes_the_out_path(tmp_path, capsys):
     assert main(["--out", str(out), "--quick"]) == 0
     assert "detokenize_per_token" in yaml.safe_load(out.read_text())["cpu"]
     assert str(out) in capsys.readouterr().out
+
+
+def test_module_cli_refuses_an_engine_out_that_is_not_an_engine_profile(tmp_path, capsys):
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("cpu: {}\n")
+    assert main(["--out", str(tmp_path / "p.yaml"), "--quick", "--engine-out", str(notes)]) == 2
+    assert "not an engine profile" in capsys.readouterr().err
+    assert notes.read_text() == "cpu: {}\n" and not (tmp_path / "p.yaml").exists()

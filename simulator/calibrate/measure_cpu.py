@@ -2,9 +2,10 @@
 
 Runs the HuggingFace ``tokenizers`` library on a byte-level BPE vocabulary trained here, from
 the Python standard library's sources, so that nothing is downloaded; writes a CPU profile
-for the catalog (``cpu:``) and every raw figure with its provenance (``measured:``).
+for the catalog (``cpu:``) and every raw figure with its provenance (``measured:``). With an
+engine profile path it also measures the serving engine's host-path costs (``measure_host``).
 
-    python -m simulator.calibrate.measure_cpu --out cpu_profile.yaml [--quick]
+    python -m simulator.calibrate.measure_cpu --out cpu_profile.yaml [--engine-out engine.yaml] [--quick]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Callable
 import numpy as np
 import yaml
 
+from ..errors import LastmileError
 from ..units import fmt_time
 
 _INSTALL_HINT = "measuring CPU costs needs HuggingFace tokenizers: pip install 'lastmile-sim[cpu]'"
@@ -295,13 +297,22 @@ def _profile(tk, tok, cfg: dict, fits: dict, samples: dict, run: dict) -> dict:
     }
 
 
-def measure_cpu(out_path: str | None, quick: bool = False, seed: int = 0, command: str | None = None) -> dict:
+def measure_cpu(out_path: str | None, quick: bool = False, seed: int = 0, command: str | None = None,
+                engine_out: str | None = None) -> dict:
     """Measure this machine's CPU last-mile costs; write the YAML profile to ``out_path`` (if given).
 
     Returns the profile as a dict (the same content as the YAML, values as unit strings);
-    ``command`` is recorded as provenance (default: this process's command line).
+    ``command`` is recorded as provenance (default: this process's command line). With
+    ``engine_out``, the engine's host-path costs are measured too and written there as an
+    ``engine:`` profile (see measure_host); its libraries and its path are checked before anything
+    is measured.
     """
     tk = _tokenizers()
+    if engine_out is not None:
+        from . import measure_host
+
+        measure_host._libraries()
+        measure_host.check_out_path(engine_out)
     cfg = _QUICK if quick else _FULL
     started = time.perf_counter()
 
@@ -325,6 +336,8 @@ def measure_cpu(out_path: str | None, quick: bool = False, seed: int = 0, comman
         "train_time": fmt_time(train_s), "runtime": fmt_time(runtime)})
     if out_path is not None:
         Path(out_path).write_text(yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
+    if engine_out is not None:
+        measure_host.measure_host(engine_out, quick=quick, seed=seed, command=command)
     return profile
 
 
@@ -334,12 +347,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="cpu_profile.yaml", help="where to write the YAML profile")
     parser.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions (~10 s)")
     parser.add_argument("--seed", type=int, default=0, help="shuffles the training corpus")
+    parser.add_argument("--engine-out", default=None,
+                        help="also measure the engine's host-path costs and write that profile here")
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python -m simulator.calibrate.measure_cpu", *argv])
-    profile = measure_cpu(args.out, quick=args.quick, seed=args.seed, command=command)
+    try:
+        profile = measure_cpu(args.out, quick=args.quick, seed=args.seed, command=command,
+                              engine_out=args.engine_out)
+    except (ImportError, LastmileError) as exc:
+        print(f"measure_cpu: error: {exc}", file=sys.stderr)
+        return 2
     print(yaml.safe_dump({"cpu": profile["cpu"]}, sort_keys=False), end="")
     print(f"wrote {args.out} in {profile['measured']['runtime']}")
+    if args.engine_out is not None:
+        print(f"wrote {args.engine_out}")
     return 0
 
 
