@@ -43,7 +43,15 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "output_tokens_per_s": (("throughput", "output_tokens_per_s"), "tok/s"),
     "latency_s": (("latency_s", "p50"), "s"),
     "encode_s": ((), "s"),
+    "gpu_share": (("engine_time_share", "gpu"), "share"),
+    "api_server_share": (("engine_time_share", "api_server"), "share"),
+    "host_share": (("engine_time_share", "schedule+output"), "share"),  # scheduling, input prep, outputs
+    "step_gap_ms": (("step_gap_ms", "mean"), "ms"),
+    "throughput_ratio": (("throughput", "output_tokens_per_s"), "x"),  # of the case over its relative_to case
+    "tpot_ratio": (("tpot_ms", "mean"), "x"),
 }
+RATIOS = frozenset({"throughput_ratio", "tpot_ratio"})
+"""Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""
 
 
 def default_directory() -> Path:
@@ -60,6 +68,7 @@ class Case:
     measured: Any
     note: str = ""
     stage: int | None = None  # read the metrics from this load stage's block (summary["stages"])
+    relative_to: str | None = None  # the case a ratio metric divides by (an earlier case of the family)
 
 
 @dataclass
@@ -120,8 +129,17 @@ def load_family(path: str | Path) -> Family:
         if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int) or stage < 0):
             raise ConfigError(f"stage must be a stage index (0, 1, ...), got {stage!r}", file=str(p),
                               path=f"{where}.stage")
+        relative = row.get("relative_to")
+        names = [c.name for c in fam.cases]
+        ratios = [m for m in (measured if isinstance(measured, dict) else {metric: measured}) if m in RATIOS]
+        if relative is not None and str(relative) not in names:
+            raise ConfigError(f"relative_to {relative!r} is not an earlier case of this family", file=str(p),
+                              path=f"{where}.relative_to")
+        if ratios and relative is None:
+            raise ConfigError(f"metric {ratios[0]!r} is a ratio: the case needs relative_to (the case it divides "
+                              "by)", file=str(p), path=where)
         fam.cases.append(Case(str(row["case"]), dict(row.get("set") or {}), measured, str(row.get("note", "")),
-                              stage))
+                              stage, None if relative is None else str(relative)))
     return fam
 
 
@@ -134,6 +152,10 @@ def discover(directory: str | Path | None = None) -> list[Family]:
 
 
 def _lookup(summary: dict, path: tuple[str, ...]) -> float:
+    if path == ("engine_time_share", "schedule+output"):
+        share = summary.get("engine_time_share") or {}
+        parts = [share.get("schedule"), share.get("output")]
+        return math.nan if None in parts else float(sum(parts))
     node: Any = summary
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
@@ -161,7 +183,7 @@ def _scenario(base: dict, overrides: dict) -> tuple[dict, dict]:
     return raw, dotted
 
 
-def _simulate_case(fam: Family, case: Case) -> list[dict]:
+def _simulate_case(fam: Family, case: Case, summaries: dict | None = None) -> list[dict]:
     from .api import run
 
     raw, dotted = _scenario(fam.base, case.overrides)
@@ -170,6 +192,8 @@ def _simulate_case(fam: Family, case: Case) -> list[dict]:
     except ConfigError as exc:
         raise ConfigError(f"case {case.name!r}: {exc.message}", file=fam.path, path=exc.path) from None
     s = result.summary
+    if summaries is not None:
+        summaries[case.name] = s
     if isinstance(case.measured, str):  # measured OOM
         got_oom = s.get("status") == "oom"
         return [dict(metric=fam.metric, predicted=math.nan, measured=math.nan,
@@ -188,6 +212,8 @@ def _simulate_case(fam: Family, case: Case) -> list[dict]:
     out = []
     for metric, value in measured.items():
         pred = _lookup(s, METRICS[metric][0])
+        if metric in RATIOS:
+            pred /= _lookup((summaries or {}).get(case.relative_to) or {}, METRICS[metric][0])
         out.append(dict(metric=metric, predicted=pred, measured=float(value), error_pct=error_pct(pred, float(value)),
                         note=case.note))
     return out
@@ -209,10 +235,13 @@ def _image_case(fam: Family, case: Case) -> list[dict]:
 
 def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
     """Predicted vs measured rows of one family (``progress`` counts its cases)."""
-    rows = []
+    rows, summaries = [], {}
     for case in fam.cases:
-        fn = _image_case if fam.kind == "image_encode" else _simulate_case
-        for r in fn(fam, case):
+        if fam.kind == "image_encode":
+            found = _image_case(fam, case)
+        else:
+            found = _simulate_case(fam, case, summaries)
+        for r in found:
             rows.append({"family": fam.name, "case": case.name, **r})
         if progress is not None:
             progress.update(1, fam.name)

@@ -44,7 +44,7 @@ def test_reference_has_units_defaults_and_allowed_values():
 
     rows = {r.path: r for r in reference_rows()["llm"]}
     assert rows["slo.ttft"].unit == "s" and rows["hardware.gpu.memory"].unit == "B"
-    assert rows["serving.overlap"].allowed == "sync | async" and rows["serving.overlap"].default == "sync"
+    assert rows["serving.overlap"].allowed == "sync | async | async_output" and rows["serving.overlap"].default == "sync"
     assert rows["hardware.gpu"].default == "h100-sxm"
     dit = {r.path: r for r in reference_rows()["dit"]}
     assert dit["workload.requests"].default == "4"  # the DiT default workload, not the LLM one

@@ -15,7 +15,8 @@ from simulator.pipelines.llm.settings import EngineSettings
 
 def settings(budget: int, *, max_batch: int = 256, chunked: bool = True, threshold: int = 0,
              block_size: int = 16) -> EngineSettings:
-    return EngineSettings(max_batch, budget, block_size, chunked, "sync", "engine", 1, True, None, threshold)
+    return EngineSettings(max_batch, budget, block_size, chunked, "sync", "engine", 1, True, None,
+                          long_prefill_token_threshold=threshold)
 
 
 def table(prompts, outputs=None) -> RequestTable:

@@ -43,7 +43,7 @@ def test_default_scenario_resolves_catalog_and_defaults():
     assert sc.hardware.gpu.name == "h100-sxm"
     assert sc.hardware.gpu_link.name == "nvlink4"      # the GPU's default links
     assert sc.hardware.host_link.bandwidth == 63e9
-    assert sc.hardware.cpu.name == "reference"
+    assert sc.serving.engine.name == "vllm-v1" and sc.hardware.cpu.name == "vllm-v1"  # the engine's costs
     assert sc.model.name == "llama-3-8b"
 
 
@@ -70,7 +70,7 @@ def test_measured_cpu_profile_is_a_scenario_option():
 
 @pytest.mark.parametrize("overrides,path,words", [
     ({"serving.ovrlap": "async"}, "serving.ovrlap", "did you mean 'overlap'"),
-    ({"serving.overlap": "asap"}, "serving.overlap", "'sync' or 'async'"),
+    ({"serving.overlap": "asap"}, "serving.overlap", "'sync', 'async' or 'async_output'"),
     ({"hardware.gpu.memory": "3 parsecs"}, "hardware.gpu.memory", "unknown unit"),
     ({"hardware.gpu.hbm_bandwidth": 0}, "hardware.gpu.hbm_bandwidth", "greater than zero"),
     ({"hardware.host_link.bandwidth": "0 GB/s"}, "hardware.host_link.bandwidth", "greater than zero"),

@@ -632,11 +632,12 @@ def _profile(libs: dict, cfg: dict, outputs: dict, ipc: dict, stream: dict, run:
             "base": "vllm-v1",
             "costs": {
                 "output_per_request": fmt_time(outputs["b"]),
-                "output_per_step": fmt_time(max(outputs["a"], 0.0)),
+                "detokenize_step_fixed": fmt_time(max(outputs["a"], 0.0)),  # output work per step
                 "ipc_per_message": fmt_time(max(msg["a"], 0.0)),
                 "ipc_per_byte": fmt_time(msg["b"]),
                 "ipc_bytes_per_request": ipc["bytes_per_request"],
                 "stream_per_chunk": fmt_time(stream["b"]),
+                "request_overhead": fmt_time(max(stream["a"], 0.0)),
             },
         },
         "measured": {

@@ -67,6 +67,11 @@ FIELD_DOCS: dict[str, str] = {
     "CPUCosts.request_overhead": "API server: fixed cost of parsing and admitting one request.",
     "CPUCosts.schedule_per_step": "Engine: fixed cost of one scheduler iteration.",
     "CPUCosts.schedule_per_request": "Engine: scheduling cost per request in the batch.",
+    "CPUCosts.prepare_per_step": "Engine: fixed cost of preparing one step's inputs (tensors, H2D copy).",
+    "CPUCosts.prepare_per_request": "Engine: input preparation per request in the batch.",
+    "CPUCosts.ipc_per_message": "Serializing and sending (or receiving and deserializing) one message between processes.",
+    "CPUCosts.ipc_per_byte": "Per byte of such a message, at each end.",
+    "CPUCosts.ipc_bytes_per_request": "Bytes of one request's entry in a step's output message.",
     "CPUCosts.detokenize_per_token": "Incremental detokenization of one token of one request.",
     "CPUCosts.detokenize_step_fixed": "Fixed detokenizer cost per step.",
     "CPUCosts.output_per_request": "Building one request's output object each step.",
@@ -99,7 +104,22 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.max_batch": "Most requests in one running batch.",
     "Serving.max_batched_tokens": "Token budget of one step (prefill and decode tokens together).",
     "Serving.chunked_prefill": "Split long prompts over steps to fit the token budget.",
-    "Serving.overlap": "sync: step n+1 is scheduled after step n's CPU work; async: launched before it.",
+    "Serving.engine": "Engine profile (engines catalog name, profile file or mapping over one): CPU costs and "
+                      "serving defaults of a real stack; reference is lastmile's idealised one.",
+    "Serving.overlap": "sync: step n+1 is scheduled after step n's CPU work; async_output: after n's sampled "
+                       "ids reach the host, n's outputs processed while n+1 runs; async: launched before n ends.",
+    "Serving.multi_step": "Decode steps scheduled and prepared once, outputs handled in bulk after the last "
+                          "(vLLM 0.6 --num-scheduler-steps); 1: every step.",
+    "Serving.api_server_process": "own: API servers are processes of their own (requests and outputs cross as "
+                                  "messages); engine: each runs in its replica's engine process, one GIL.",
+    "EngineProfile.name": "Name of the engine profile.",
+    "EngineProfile.version": "Which release(s) of the engine the profile describes.",
+    "EngineProfile.description": "What the profile models.",
+    "EngineProfile.cpu": "The cpus catalog entry of the engine's CPU costs.",
+    "EngineProfile.costs": "CPU costs laid over that entry.",
+    "EngineProfile.serving": "Serving settings the engine defaults to (the scenario's own keys win).",
+    "EngineProfile.sources": "Where each figure comes from; not used by the model.",
+    "EngineProfile.measured": "How a measured profile was made; not used by the model.",
     "Serving.detokenizer": "Where detokenization runs: in the engine process, a separate process (SGLang), "
                            "or the API servers (vLLM V1).",
     "Serving.api_servers": "API-server processes (tokenize, stream; detokenize with detokenizer api_server).",

@@ -1,4 +1,4 @@
-"""The catalog shipped in the package: GPUs, links, CPU profiles, LLMs and DiTs, as YAML data."""
+"""The catalog shipped in the package: GPUs, links, CPU profiles, engine profiles, LLMs and DiTs, as YAML data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from importlib import resources
 
 from .yamlio import loads
 
-KINDS = ("gpus", "links", "cpus", "llms", "dits")
+KINDS = ("gpus", "links", "cpus", "engines", "llms", "dits")
 
 
 @lru_cache(maxsize=None)

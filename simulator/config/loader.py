@@ -84,6 +84,8 @@ class _Resolver:
         self.base_dir = base_dir
         self.origins: dict[str, tuple[str, str]] = {}
         """Key path -> (profile file, its top-level key) for sections read from a profile file."""
+        self.cpu_base = "reference"
+        """What a CPU profile that names no base builds on: the engine profile's CPU costs."""
 
     def ref(self, value: Any, kind: str, key: str, profile_key: str | None = None, default: str | None = None) -> Any:
         """Resolve a catalog name, a profile path or a mapping; a partial mapping builds on ``default``."""
@@ -135,12 +137,35 @@ class _Resolver:
             inner.setdefault("measured", data["measured"])
         if top == "cpu":
             # A measured CPU profile covers the costs it measured; the rest come from the reference profile.
-            inner.setdefault("base", "reference")
+            inner.setdefault("base", self.cpu_base)
         return self.ref(inner, f"{top}s", key, top)
 
 
-def resolve_hardware(raw_hw: Any, resolver: _Resolver) -> dict:
-    """Fill a hardware section: GPU from the catalog, its default links, the CPU profile."""
+def resolve_engine(raw: dict, resolver: _Resolver) -> dict | None:
+    """Resolve ``serving.engine`` (a catalog name, a profile file or a mapping over one) and lay its
+    serving defaults under the keys the scenario's ``serving`` does not set itself. Returns the CPU
+    costs the engine runs with (``{base: <cpus entry>, ...costs}``), the default of ``hardware.cpu``."""
+    serving = raw.get("serving")
+    if serving is not None and not isinstance(serving, dict):
+        return None  # the model's validation names the problem
+    sv = dict(serving or {})
+    engine = resolver.ref(sv.get("engine", "reference"), "engines", "serving.engine", default="reference")
+    defaults, cpu, costs = engine.get("serving", {}), engine.get("cpu", "reference"), engine.get("costs", {})
+    for key, value, kind in (("serving", defaults, dict), ("cpu", cpu, str), ("costs", costs, dict)):
+        if not isinstance(value, kind):
+            raise ConfigError(f"expected {'a mapping' if kind is dict else 'a cpus catalog name'}, got "
+                              f"{_SHORT.repr(value)}", path=f"serving.engine.{key}")
+    for key, value in defaults.items():
+        sv.setdefault(key, value)
+    sv["engine"] = engine
+    raw["serving"] = sv
+    resolver.cpu_base = cpu
+    return {"base": cpu, **costs}
+
+
+def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) -> dict:
+    """Fill a hardware section: GPU from the catalog, its default links, the CPU profile (``cpu``:
+    what it defaults to and a partial mapping builds on, the reference costs unless an engine says)."""
     if raw_hw is not None and not isinstance(raw_hw, dict):
         raise ConfigError(f"expected a mapping of hardware keys (gpu, host_link, ...), got {_SHORT.repr(raw_hw)}",
                           path="hardware")
@@ -152,7 +177,11 @@ def resolve_hardware(raw_hw: Any, resolver: _Resolver) -> dict:
     for link, default in defaults.items():
         hw.setdefault(link, default)
         hw[link] = resolver.ref(hw[link], "links", f"hardware.{link}", default=default)
-    hw["cpu"] = resolver.ref(hw.get("cpu", "reference"), "cpus", "hardware.cpu", default="reference")
+    cpu = cpu or {"base": "reference"}
+    given = hw.get("cpu", cpu)
+    if isinstance(given, dict) and "base" not in given and "name" not in given:
+        given = {**cpu, **given}  # a partial mapping builds on the engine's costs
+    hw["cpu"] = resolver.ref(given, "cpus", "hardware.cpu", default=cpu["base"])
     return hw
 
 
@@ -280,7 +309,8 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     raw.setdefault("kind", kind.name)
     model = raw.get("model", kind.default_model)
     raw["model"] = resolver.ref(model, _model_catalog(kind, model), "model", default=kind.default_model)
-    raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver)
+    cpu = resolve_engine(raw, resolver) if kind.name == "llm" else None
+    raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver, cpu)
     workload = raw.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("trace"), str) and workload["trace"]:
         tp = Path(workload["trace"])

@@ -88,17 +88,26 @@ class LinkSpec(Strict):
 
 
 class CPUCosts(Strict):
-    """CPU cost of each piece of per-request Python in the serving stack."""
+    """CPU cost of each piece of Python in the serving stack, as functions of the work: per request
+    (``request_overhead``, ``tokenize_per_token``), per step and per request in a step (scheduling,
+    input preparation, output processing), per token (detokenization), per streamed chunk, and per
+    message and byte between processes (serialize and send at one end, receive and deserialize at
+    the other)."""
 
     name: str = "custom"
     tokenize_per_token: Seconds
     request_overhead: Seconds
     schedule_per_step: Seconds
     schedule_per_request: Seconds
+    prepare_per_step: Seconds = 0.0
+    prepare_per_request: Seconds = 0.0
     detokenize_per_token: Seconds
     detokenize_step_fixed: Seconds = 0.0
     output_per_request: Seconds
     stream_per_chunk: Seconds
+    ipc_per_message: Seconds = 0.0
+    ipc_per_byte: Seconds = 0.0
+    ipc_bytes_per_request: Annotated[float, Field(ge=0, le=1e9)] = 0.0
     source: str = ""
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
@@ -153,14 +162,32 @@ class LLMParallel(Strict):
     replicas: Count(10_000) = 1
 
 
+class EngineProfile(Strict):
+    """A named serving stack (``serving.engine``): what it is, the CPU costs it runs with (a
+    ``cpus`` catalog entry, plus ``costs`` over it) and the serving defaults it sets. The loader
+    applies ``cpu``/``costs`` and ``serving`` where the scenario does not set them itself."""
+
+    name: str = "custom"
+    version: str = ""
+    description: str = ""
+    cpu: str = "reference"
+    costs: dict = {}
+    serving: dict = {}
+    sources: dict[str, str] = {}
+    measured: Optional[dict] = None
+
+
 class Serving(Strict):
     """Engine settings: batching, KV cache, CPU layout, overlap and streaming."""
 
+    engine: EngineProfile = EngineProfile(name="reference")
     max_batch: Count(65_536) = 256
     max_batched_tokens: Count(MAX_CONTEXT) = 8192
     chunked_prefill: bool = True
-    overlap: Literal["sync", "async"] = "sync"
+    overlap: Literal["sync", "async", "async_output"] = "sync"
     detokenizer: Literal["engine", "separate", "api_server"] = "engine"
+    api_server_process: Literal["own", "engine"] = "own"
+    multi_step: Count(64) = 1
     api_servers: Count(1024) = 1
     stream_interval: Count(MAX_CONTEXT) = 1
     block_size: Count(1 << 16) = 16
@@ -336,6 +363,26 @@ class LLMScenario(ScenarioBase):
     slo: SLO = SLO()
     max_sim_time: Optional[Horizon] = None
     coalesce_decode: bool = True
+
+    @model_validator(mode="after")
+    def _multi_step_needs_outputs_in_bulk(self):
+        """Multi-step scheduling hands outputs back every N steps: async scheduling has no such mode."""
+        sv = self.serving
+        if sv.multi_step > 1 and sv.overlap == "async":
+            raise ConfigError(f"multi_step={sv.multi_step} runs with overlap sync or async_output (vLLM 0.6), "
+                              "not with async scheduling; set serving.overlap or serving.multi_step: 1",
+                              path="serving.multi_step")
+        return self
+
+    @model_validator(mode="after")
+    def _api_servers_in_engines(self):
+        """With the API server inside each engine process, there is one per replica."""
+        sv, replicas = self.serving, self.parallel.replicas
+        if sv.api_server_process == "engine" and "api_servers" in sv.model_fields_set and sv.api_servers != replicas:
+            raise ConfigError(f"api_servers={sv.api_servers} but with api_server_process: engine each of the "
+                              f"{replicas} replica(s) serves its own API from its engine process; leave api_servers "
+                              f"out or set it to {replicas}", path="serving.api_servers")
+        return self
 
     @model_validator(mode="after")
     def _fits_context(self):

@@ -52,6 +52,7 @@ class CPUProcess:
     free_at: float = 0.0
     busy: float = 0.0
     tasks: int = 0
+    by_label: dict = field(default_factory=dict)  # busy seconds per task label, for the activity shares
 
     def __post_init__(self):
         self.pool.processes += 1
@@ -71,6 +72,7 @@ class CPUProcess:
         self.free_at = end
         self.busy += duration
         self.tasks += 1
+        self.by_label[label] = self.by_label.get(label, 0.0) + duration
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end

@@ -74,6 +74,23 @@ class ITLStalls(_Summary):
     gaps_over_2x_median: int
 
 
+class EngineTimeShare(_Summary):
+    """Shares of the engine's time by activity (``llm_metrics.engine_time_share``)."""
+
+    gpu: Share
+    schedule: Share
+    output: Share
+    api_server: Share
+
+
+class StepGaps(_Summary):
+    """GPU idle between consecutive steps of an engine that had work, in ms."""
+
+    mean: Optional[float]
+    max: float
+    steps: int
+
+
 class KVCache(_Summary):
     blocks_per_replica: int
     peak_occupancy: Share
@@ -122,6 +139,8 @@ class LLMSummary(RunSummary):
     itl_stalls: Optional[ITLStalls] = None
     itl_quantile_error: Optional[float] = None  # set when the ITL percentiles come from a sketch
     utilization: Optional[dict[str, Share]] = None
+    engine_time_share: Optional[EngineTimeShare] = None
+    step_gap_ms: Optional[StepGaps] = None
     kv_cache: Optional[KVCache] = None
     steps: Optional[int] = None
     preemptions: Optional[int] = None

@@ -44,9 +44,41 @@ PLACEMENTS: Mapping[str, Mapping] = {
 }
 
 #: Closed-loop chat-like load on the default scenario (Llama-3-8B on one H100), sized for speed.
-CLOSED_LOOP: Mapping = {"workload.arrival": "closed", "workload.prompt_tokens": 512,
+CLOSED_LOOP: Mapping = {"serving.engine": "reference", "workload.arrival": "closed", "workload.prompt_tokens": 512,
                         "workload.output_tokens": 128, "serving.max_batch": 1024, "serving.overlap": "sync",
                         "serving.detokenizer": "engine", "record_spans": False}
+
+#: Engine profiles of the report, in release order (``serving.engine``; catalog engines.yaml).
+ENGINES = ("vllm-0.5", "vllm-0.6", "vllm-v1", "sglang", "trtllm")
+
+#: What each remedy changes on an engine profile, for the per-engine remedies figure.
+ENGINE_REMEDIES: Mapping[str, Mapping] = {
+    "as shipped": {},
+    "async scheduling": {"serving.overlap": "async"},
+    "4 API servers": {"serving.api_servers": 4, "serving.api_server_process": "own"},
+    "stream every 8 tokens": {"serving.stream_interval": 8},
+    "separate detokenizer": {"serving.detokenizer": "separate"},
+}
+
+
+def engine_setup(name: str) -> dict:
+    """Overrides that run engine profile ``name`` with its own serving defaults, which the closed-loop
+    base's serving keys (``CLOSED_LOOP``) would otherwise hide."""
+    entry = catalog.entry("engines", name) or {}
+    return {"serving.engine": name, **{f"serving.{k}": v for k, v in (entry.get("serving") or {}).items()}}
+
+
+def engine_remedies(engines: Sequence[str] = ENGINES, remedies: Mapping[str, Mapping] = ENGINE_REMEDIES) -> dict:
+    """``{"<engine> · <remedy>": overrides}`` for every engine and every remedy that changes it."""
+    out = {}
+    for name in engines:
+        base = engine_setup(name)
+        for label, over in remedies.items():
+            if over and all(base.get(k) == v for k, v in over.items()):
+                continue  # the profile has it already
+            out[f"{name} · {label}"] = {**base, **over}
+    return out
+
 
 CPU_COSTS = ("detokenize_per_token", "output_per_request", "stream_per_chunk", "schedule_per_request",
              "schedule_per_step", "tokenize_per_token", "request_overhead")

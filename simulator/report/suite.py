@@ -79,7 +79,10 @@ def run_experiments(scale: Scale) -> dict:
     placements = {f"{name} · {cpu}": {**over, **extra}
                   for cpu, extra in (("reference CPU", {}), (f"{SLOW_FACTOR}x slower detok", slow_cpu()))
                   for name, over in E.PLACEMENTS.items()}
+    engines = {name: E.engine_setup(name) for name in E.ENGINES}
     stages = {
+        "engines": lambda: E.llm_concurrency(scale.concurrency, engines),
+        "engine_remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.engine_remedies()),
         "placements": lambda: E.llm_concurrency(scale.concurrency, placements),
         "remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu()),
         "dit": lambda: E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps}),
@@ -99,6 +102,9 @@ def summary_frame(data: dict) -> pd.DataFrame:
            "ttft_ms.p99", "tpot_ms.mean", "throughput.output_tokens_per_s", "itl_stalls.p99_over_p50",
            "itl_stalls.gaps_over_2x_median"]
     parts = [
+        _long(data["engines"], "engines_last_mile_vs_concurrency", ["setup", "concurrency"],
+              llm + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
+        _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm),
         _long(data["placements"], "last_mile_vs_concurrency", ["setup", "concurrency"], llm),
         _long(data["remedies"], "remedies", ["setup", "concurrency"],
               llm + [f"breakdown_share.{c}" for c in plots.categories_in(data["remedies"].columns)]),
@@ -113,6 +119,40 @@ def summary_frame(data: dict) -> pd.DataFrame:
 
 def _fmt_concurrency(c) -> str:
     return "does not reach it in the swept range" if c is None else f"reaches it at concurrency {c}"
+
+
+def _engines_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """The headline: last-mile share of ITL against concurrency, per engine profile."""
+    en = data["engines"]
+    fig = plots.last_mile_vs_concurrency(en, f"The last mile of real engines: {LLM_DESC}", hue="setup")
+    plots.save(fig, out / "engines_last_mile_vs_concurrency.png")
+    top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
+    parts = [f"{name} {100 * top.loc[name, 'itl_last_mile_share']:.1f}% (API server "
+             f"{100 * top.loc[name, 'engine_time_share.api_server']:.0f}% of engine time)" for name in top.index]
+    return {"engines_last_mile_vs_concurrency.png": (
+        "Last-mile share of inter-token latency (the part of each gap spent in D2H, detokenization and streaming "
+        "on the critical path) as closed-loop concurrency grows, per engine profile with its sourced CPU costs and "
+        f"process layout. At concurrency {int(top['concurrency'].iloc[0])}: " + ", ".join(parts) + ".")}
+
+
+def _engine_remedies_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """What each remedy buys on each engine: mean TPOT per engine and remedy."""
+    rem = data["engine_remedies"].copy()
+    c = scale.remedy_concurrency
+    fig = plots.breakdown_bars(rem, "setup", f"Latency breakdown per engine and remedy at concurrency {c}, {LLM_DESC}",
+                               absolute=True, xlabel="setup")
+    plots.save(fig, out / "engine_remedies_breakdown.png")
+    rem["engine"] = rem["setup"].str.split(" · ").str[0]
+    lines = []
+    for name, g in rem.groupby("engine", sort=False):
+        base = g[g["setup"].str.endswith("as shipped")].iloc[0]
+        best = g.loc[g["tpot_ms.mean"].idxmin()]
+        lines.append(f"{name}: {base['tpot_ms.mean']:.1f} ms as shipped, {best['tpot_ms.mean']:.1f} ms with "
+                     f"{best['setup'].split(' · ')[1]}")
+    return {"engine_remedies_breakdown.png": (
+        f"Mean per-request latency split into categories (last mile hatched) at concurrency {c}, for each engine "
+        "profile as shipped and with each remedy it lacks (async scheduling, four API-server processes, a stream "
+        "interval of 8, a separate detokenizer). Mean TPOT: " + "; ".join(lines) + ".")}
 
 
 def _last_mile_figure(data: dict, out: Path, scale: Scale) -> dict:
@@ -232,7 +272,8 @@ def _token_pipeline_figure(data: dict, out: Path, scale: Scale) -> dict:
     return text
 
 
-FIGURES = (_last_mile_figure, _remedies_figure, _llm_run_figures, _dit_figure, _pipefusion_figure, _token_pipeline_figure)
+FIGURES = (_engines_figure, _engine_remedies_figure, _last_mile_figure, _remedies_figure, _llm_run_figures,
+           _dit_figure, _pipefusion_figure, _token_pipeline_figure)
 """Each draws its figure(s) into the report folder and returns the sentence under each."""
 
 
@@ -254,7 +295,13 @@ def headline(data: dict) -> list[str]:
     causal = tok[(tok["workload"].str.startswith("causal")) & (tok["slices"] == tok["slices"].max())]
     u = float(causal[causal["slicing"] == "uniform"]["bubble_fraction"].iloc[0])
     b = float(causal[causal["slicing"] == "balanced"]["bubble_fraction"].iloc[0])
+    en = data["engines"]
+    top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
     return [
+        f"Real engines at concurrency {int(top['concurrency'].iloc[0])} ({LLM_DESC}), last mile as a share of "
+        "inter-token latency and API-server work as a share of engine time: "
+        + "; ".join(f"{n} {100 * top.loc[n, 'itl_last_mile_share']:.1f}% and "
+                    f"{100 * top.loc[n, 'engine_time_share.api_server']:.0f}%" for n in top.index) + ".",
         f"Last mile vs 20% of inter-token latency, engine-process detokenization: with reference CPU costs it "
         f"{_fmt_concurrency(cross.get('engine · reference CPU'))}; with a {SLOW_FACTOR}x slower detokenizer it "
         f"{_fmt_concurrency(cross.get(f'engine · {SLOW_FACTOR}x slower detok'))}.",

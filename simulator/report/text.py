@@ -22,6 +22,18 @@ def _pct(x, width: int = 0) -> str:
     return f"{'-':>{width}} " if x is None else f"{100 * x:{width}.2f}%"
 
 
+def _engine_time(s: dict) -> list[str]:
+    """The share of engine time by activity, and the GPU idle between steps, where the run has them."""
+    share, gap = s.get("engine_time_share"), s.get("step_gap_ms")
+    if not share:
+        return []
+    line = (f"  engine time: GPU {_pct(share['gpu'])}, schedule+input prep {_pct(share['schedule'])}, "
+            f"output processing {_pct(share['output'])}, API server {_pct(share['api_server'])}")
+    if gap and gap.get("mean") is not None:
+        line += f"; GPU idle between steps {_n(gap['mean'], '.3f')} ms mean"
+    return [line]
+
+
 def format_llm(result) -> str:
     """Multi-line text for ``lastmile run`` of kind llm."""
     s = result.summary
@@ -30,7 +42,7 @@ def format_llm(result) -> str:
     lines = [
         f"lastmile · {s['scenario']} · {sc.model.name} {sc.dtype} on {sc.parallel.replicas}x"
         f"(tp{sc.parallel.tp} pp{sc.parallel.pp}) {hw.gpu.name}",
-        f"  serving: overlap={sc.serving.overlap} detokenizer={sc.serving.detokenizer} "
+        f"  serving: engine={sc.serving.engine.name} overlap={sc.serving.overlap} detokenizer={sc.serving.detokenizer} "
         f"api_servers={sc.serving.api_servers} stream_interval={sc.serving.stream_interval} "
         f"max_batch={sc.serving.max_batch}",
         f"  requests: {s['requests_completed']}/{s['requests_total']} completed over {_n(s['duration_s'], '.1f')} s; "
@@ -56,6 +68,7 @@ def format_llm(result) -> str:
         f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
         "",
         "  utilization: " + ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in s["utilization"].items()),
+        *_engine_time(s),
         f"  KV cache: peak {_n(s['kv_cache']['peak_occupancy'], '.1f', 100)}%, mean "
         f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'], ',.0f')} blocks; "
         f"weights {_n(s['memory_per_gpu_gib']['weights_gib'], '.1f')} GiB/GPU",

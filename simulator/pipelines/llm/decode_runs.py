@@ -36,8 +36,11 @@ class DecodeRuns:
     def eligible(engine, frontend, open_loop: bool, replicas: int) -> bool:
         """Whether the engine's set-up allows runs at all (the per-run conditions come later)."""
         sv = engine.sv
+        cpu = engine.cpu
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
-                and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended)
+                and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
+                and sv.api_server_process == "own" and cpu.ipc_per_message == 0 and cpu.ipc_per_byte == 0
+                and sv.multi_step == 1)
 
     def run(self) -> float | None:
         """Commit the longest decode run that can start now; returns when its last step's output
@@ -107,7 +110,9 @@ class DecodeRuns:
         compute = cost.decode_compute(ctx[:steps], n[:steps]).tolist()
         nn = n[:steps].tolist()
         used_l = used[:steps].tolist()
+        # scheduling and input preparation, per step and per request, summed as the engine sums them
         sps, spr, launch = cpu.schedule_per_step, cpu.schedule_per_request, eng.launch_cost
+        pps, ppr = cpu.prepare_per_step, cpu.prepare_per_request
         dsf, dpt, opr = cpu.detokenize_step_fixed, cpu.detokenize_per_token, cpu.output_per_request
         ports, lat = eng.links.d2h_route
         bw_min = min(p.bandwidth for p in ports)
@@ -124,6 +129,9 @@ class DecodeRuns:
         p_track = proc.track
         p_rbusy = rec.busy.get(p_track, 0.0) if rec is not None else 0.0
         gpu_free, gpu_busy, kv_sum, kv_peak = eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak
+        gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
+        sched_total = work_total = 0.0
+        stream_total = [0.0] * len(servers)
         frec = eng.links.fabric.recorder
         port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
                       for p in ports]
@@ -141,7 +149,7 @@ class DecodeRuns:
         while k < steps:
             nk = nn[k]
             a0 = now
-            sched = sps + spr * nk
+            sched = sps + spr * nk + pps + ppr * nk
             start = a0 if a0 > free else free
             launched = start + (sched + launch)
             a1 = start + sched
@@ -159,6 +167,8 @@ class DecodeRuns:
             if not e < bound:
                 break
             # the engine process: schedule+launch, then detokenize
+            sched_total += sched + launch
+            work_total += work
             p_busy += sched + launch
             p_tasks += 1
             if sched + launch > 0:
@@ -168,7 +178,12 @@ class DecodeRuns:
             if work > 0:
                 p_rbusy += e - s2
             free = e
-            # the GPU and the booked D2H copy
+            # the GPU and the booked D2H copy (a run's steps follow one another: every gap counts)
+            gap = g0 - gpu_free
+            gap_sum += gap
+            gap_steps += 1
+            if gap > gap_max:
+                gap_max = gap
             gpu_free = g1
             gpu_busy += g1 - g0
             kv_sum += used_l[k] * (g1 - g0)
@@ -187,6 +202,7 @@ class DecodeRuns:
                     st = e if e > state[0] else state[0]
                     state[0] = st + dur
                     state[1] += dur
+                    stream_total[j] += dur
                     state[2] += 1
                     if dur > 0:
                         state[3] += state[0] - st
@@ -218,6 +234,10 @@ class DecodeRuns:
             return None
         self.latest = cols[5][-1] - cols[0][-1]
         proc.free_at, proc.busy, proc.tasks = free, p_busy, p_tasks
+        for label, total in (("schedule+launch", sched_total), ("detokenize", work_total)):
+            proc.by_label[label] = proc.by_label.get(label, 0.0) + total
+        eng.gap_sum, eng.gap_steps, eng.gap_max = gap_sum, gap_steps, gap_max
+        eng._after_idle = False
         if rec is not None:
             rec.busy[p_track] = p_rbusy
         eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak = gpu_free, gpu_busy, kv_sum, kv_peak
@@ -225,8 +245,10 @@ class DecodeRuns:
             p.booked_until, p.busy_time, p.bytes_moved = booked, busy_time, moved
             if frec is not None:
                 frec.busy[p.track] = rbusy
-        for sv, (f, busy, tasks, rbusy) in zip(servers, srv):
+        for sv, (f, busy, tasks, rbusy), streamed in zip(servers, srv, stream_total):
             sv.free_at, sv.busy, sv.tasks = f, busy, tasks
+            if streamed:
+                sv.by_label["stream"] = sv.by_label.get("stream", 0.0) + streamed
             if sv.recorder is not None:
                 sv.recorder.busy[sv.track] = rbusy
         if spans:

@@ -5,9 +5,19 @@ second process. The engine's CPU processes are virtual clocks (a step's schedule
 times are known when it is launched); the GPU computes for the cost model's time, then the
 step's communication (TP all-reduces, PP sends) and the D2H copy of the sampled ids cross the
 shared Fabric of the Topology, so they contend with other traffic on the same ports and show
-on the ports' trace tracks. Per-request work inside a step is numpy over the batch. ``overlap: sync`` processes step n's outputs before scheduling n+1;
-``async`` schedules and launches n+1 first (one step of lag: a request that finished in
-step n still occupies a slot in n+1, as in real overlap schedulers).
+on the ports' trace tracks. Per-request work inside a step is numpy over the batch.
+
+Overlap modes: ``sync`` processes step n's outputs before scheduling n+1 (vLLM <= 0.5);
+``async_output`` schedules and launches n+1 once n's sampled ids are on the host, then processes
+n's outputs while n+1 runs (vLLM 0.6's async output processing, PR #7921); ``async`` schedules
+and launches n+1 before n has finished at all (async scheduling / overlap schedulers: vLLM V1
+PR #19970, SGLang v0.4, TensorRT-LLM). Both overlapped modes cost one step of lag: a request that
+finished in step n still occupies a slot in n+1, as in the real engines.
+
+Where a step's outputs cross to another process (a separate detokenizer, an API server in its
+own process) they travel as one message per receiving process, with a serialization cost on the
+sender and a deserialization cost on the receiver (``CPUCosts.ipc_*``), booked on those processes'
+clocks, so an engine core's output thread takes GIL time from its scheduling as in vLLM V1.
 """
 
 from __future__ import annotations
@@ -23,8 +33,8 @@ from ...observe.llm_metrics import EngineStats
 from ...observe.records import PREFILL_ONLY
 from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
-from .scheduler import Scheduler
-from .settings import EngineSettings
+from .scheduler import Batch, Scheduler
+from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -124,10 +134,17 @@ class Engine:
         self.closed_form = self.links.d2h_booked and not self.links.has_comm
         self._wake = None
         self.runs = None  # a DecodeRuns when this engine may step decode runs in closed form
+        # GPU idle between consecutive steps while the engine had work (not after an idle wait)
+        self.gap_sum, self.gap_steps, self.gap_max = 0.0, 0, 0.0
+        self._after_idle = True
         env.process(self._loop())
 
     def enqueue(self, rid: int) -> None:
-        """A tokenized request reaches this engine."""
+        """A tokenized request reaches this engine (as a message, where its API server is another process)."""
+        if self.sv.outputs_cross_to_api:
+            cost = message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid]))
+            if cost > 0:
+                self.proc.submit(self.env.now, cost, "receive request")
         self.sched.waiting.append(rid)
         self.outstanding += 1
         if self._wake is not None and not self._wake.triggered:
@@ -137,15 +154,40 @@ class Engine:
 
     def _launch(self):
         """Schedule and launch one step; returns the Step or None if there is nothing to run."""
-        env, t = self.env, self.table
         plan = self.sched.schedule()
         if plan is None:
             return None
+        batch = len(plan.decode) + len(plan.chunks)
+        cpu = self.cpu
+        # scheduling, then input preparation (building the input tensors, their H2D copy)
+        sched = (cpu.schedule_per_step + cpu.schedule_per_request * batch
+                 + cpu.prepare_per_step + cpu.prepare_per_request * batch)
+        return self._start(plan, sched)
+
+    def _launch_run(self) -> list:
+        """The steps launched now: one, or with ``multi_step: N`` and a decode-only batch, up to N
+        of them on the same requests, scheduled and prepared once (vLLM 0.6's multi-step
+        scheduling, PR #7000: the GPU advances the inputs itself between them; each costs only its
+        graph launch). They end where the KV cache runs out of blocks for the next token."""
+        step = self._launch()
+        if step is None or self.sv.multi_step == 1 or len(step.completes) or len(step.only_prefill):
+            return [] if step is None else [step]
+        steps = [step]
+        while len(steps) < self.sv.multi_step:
+            decode = step.decode
+            comp = self.table.computed[decode]
+            if not self.sched.extend(decode, comp):
+                break
+            steps.append(self._start(Batch(decode, comp, []), 0.0))
+        return steps
+
+    def _start(self, plan: Batch, sched: float) -> Step:
+        """Launch a scheduled batch after ``sched`` seconds of CPU work on the engine process."""
+        env, t = self.env, self.table
         decode, comp, chunks = plan.decode, plan.comp, plan.chunks
         ctx = float(comp.sum()) + len(decode)
         a0 = env.now
         batch = len(decode) + len(chunks)
-        sched = self.cpu.schedule_per_step + self.cpu.schedule_per_request * batch
         # Scheduling, then the launches; kernels run as they are launched, so the GPU starts
         # after scheduling and the step cannot end before its last launch.
         start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
@@ -215,6 +257,13 @@ class Engine:
         step.done = self.env.timeout(d1 - self.env.now)
 
     def _gpu_ran(self, step: Step, g0: float, g1: float, category: str) -> None:
+        if not self._after_idle:
+            gap = g0 - self.gpu_free
+            self.gap_sum += gap
+            self.gap_steps += 1
+            if gap > self.gap_max:
+                self.gap_max = gap
+        self._after_idle = False
         step.g0, step.g1 = g0, g1
         self.gpu_free = g1
         self.gpu_busy += g1 - g0
@@ -245,7 +294,7 @@ class Engine:
             prefill_flag[len(step.decode):] = 1
         else:
             emit, prefill_flag = step.decode, None
-        if sv.overlap == "async":
+        if sv.overlap != "sync" or sv.multi_step > 1:  # a finished request may sit in later steps
             live = ~t.finished[emit]
             if not live.all():
                 emit = emit[live]
@@ -271,11 +320,22 @@ class Engine:
         return (self.cpu.detokenize_step_fixed + self.cpu.detokenize_per_token * n_tokens
                 + self.cpu.output_per_request * n_chunks)
 
-    def _finish_step(self, step: Step):
+    def _send(self, proc: CPUProcess, at: float, emit) -> float:
+        """Serialize and send a step's outputs to the API servers (one message per server that
+        holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
+        if not self.sv.outputs_cross_to_api:
+            return at
+        cost = self.sink.message_cost(emit)
+        if cost <= 0:
+            return at
+        return proc.submit(at, cost, "send outputs")[1]
+
+    def _finish_step(self, step: Step, wait: bool = True):
         """Output processing after the step's D2H: detokenize where the scenario says, then stream.
 
-        Waits for the step's sampled ids to reach the host; the engine's own CPU and the
-        detokenizer are used by this engine alone, so their work is booked there and then.
+        Waits for the step's sampled ids to reach the host (unless ``wait`` is False: with async
+        output processing the loop has waited already and goes on at once). The engine's own CPU
+        and the detokenizer are used by this engine alone, so their work is booked there and then.
         """
         env = self.env
         # The scheduler's view of who finished is updated when the step is handed over (as
@@ -286,34 +346,64 @@ class Engine:
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
-        placement = self.sv.detokenizer
-        if placement == "engine":
-            end = step.d1
-            if len(emit):
-                _, end = self.proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
-            if end > env.now:
-                yield env.timeout(end - env.now)
-            if len(emit):
-                self.sink.stream(step.index, emit, send, prefill_flag, done, end)
+        if not len(emit):
             return
-        if placement == "separate" and len(emit):
-            _, e = self.detok_proc.submit(step.d1, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
-            env.timeout(e - env.now).callbacks.append(
-                lambda _ev: self.sink.stream(step.index, emit, send, prefill_flag, done, e))
-        if placement == "api_server" and len(emit):
-            self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done, env.now)
+        placement, at = self.sv.detokenizer, max(step.d1, env.now)
+        if placement == "engine":
+            _, end = self.proc.submit(at, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
+            sent = self._send(self.proc, end, emit)
+            if wait:
+                if sent > env.now:
+                    yield env.timeout(sent - env.now)
+                self.sink.stream(step.index, emit, send, prefill_flag, done, end)
+            else:
+                self._later(sent, lambda: self.sink.stream(step.index, emit, send, prefill_flag, done, end))
+        elif placement == "separate":
+            sent = self._send_to_detokenizer(at, len(emit))
+            self._later(sent, lambda: self._detokenize_apart(step.index, emit, send, prefill_flag, done))
+        else:  # api_server: the API servers detokenize their own requests' tokens
+            sent = self._send(self.proc, at, emit)
+            self._later(sent, lambda: self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
+                                                                  self.env.now))
+
+    def _later(self, at: float, action) -> None:
+        """Run ``action`` at time ``at`` (now, if ``at`` is not in the future)."""
+        if at > self.env.now:
+            self.env.timeout(at - self.env.now).callbacks.append(lambda _ev: action())
+        else:
+            action()
+
+    def _send_to_detokenizer(self, at: float, n: int) -> float:
+        """The engine sends a step's sampled ids to its detokenizer process; returns when sent."""
+        cost = message_cost(self.cpu, n)
+        return self.proc.submit(at, cost, "send outputs")[1] if cost > 0 else at
+
+    def _detokenize_apart(self, index: int, emit, send, prefill_flag, done) -> None:
+        """The detokenizer process (SGLang's DetokenizerManager) receives a step's ids, detokenizes
+        them and sends the text on to the API servers."""
+        now, proc = self.env.now, self.detok_proc
+        receive = message_cost(self.cpu, len(emit))
+        if receive > 0:
+            proc.submit(now, receive, "detokenizer receive")
+        _, e = proc.submit(now, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
+        sent = self._send(proc, e, emit)
+        self._later(sent, lambda: self.sink.stream(index, emit, send, prefill_flag, done, e))
 
     def stats(self) -> EngineStats:
         """What this engine reports to the metrics when the run ends."""
         return EngineStats(self.index, tuple(self.gpu_tracks), self.gpu_busy, self.kv_peak, self.kv_sum,
-                           self.kv_steps)
+                           self.kv_steps, self.gap_sum, self.gap_steps, self.gap_max)
 
     def _idle(self):
         self._wake = self.env.event()
+        self._after_idle = True
         yield self._wake
         self._wake = None
 
     def _loop(self):
+        if self.sv.overlap == "async_output":
+            yield from self._loop_async_output()
+            return
         pending: Step | None = None
         while True:
             if not self.sched.running and not self.sched.waiting and pending is None:
@@ -324,6 +414,16 @@ class Engine:
                     if resume > self.env.now:
                         yield self.env.timeout(resume - self.env.now)
                     continue
+            if self.sv.multi_step > 1:
+                steps = self._launch_run()
+                if not steps:
+                    yield from self._idle()
+                    continue
+                if not steps[-1].done.processed:
+                    yield steps[-1].done  # outputs come back in bulk, once the last step's are on the host
+                for step in steps:
+                    yield from self._finish_step(step)
+                continue
             step = self._launch()
             if self.sv.overlap == "async":
                 step, pending = pending, step
@@ -333,3 +433,23 @@ class Engine:
                     yield from self._idle()
                 continue
             yield from self._finish_step(step)
+
+    def _loop_async_output(self):
+        """vLLM 0.6's async output processing: once step n's sampled ids are on the host, step
+        n+1 is scheduled and launched, and only then are n's outputs processed, while n+1 runs."""
+        pending: list = []
+        while True:
+            if not self.sched.running and not self.sched.waiting and not pending:
+                yield from self._idle()
+            steps = self._launch_run()
+            for step in pending:
+                yield from self._finish_step(step, wait=False)
+            if not steps:
+                had, pending = bool(pending), []
+                if had or (not self.sched.running and not self.sched.waiting):
+                    continue  # finishing the last steps may have freed what the scheduler needs
+                yield from self._idle()  # nothing fits (waiting requests blocked on KV)
+                continue
+            if not steps[-1].done.processed:
+                yield steps[-1].done
+            pending = steps

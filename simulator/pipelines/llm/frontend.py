@@ -10,7 +10,7 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
-from .settings import FrontendSettings
+from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost
 
 
 class Frontend:
@@ -19,7 +19,11 @@ class Frontend:
     Every submission happens at the current simulated time, so each API server is a FIFO
     virtual clock; a chunk's receipt time is its serialization end plus the client link's
     latency and transfer time (a closed form per chunk, on the Topology's client link: a
-    Fabric transfer per chunk would cost events per token).
+    Fabric transfer per chunk would cost events per token). Where the API servers run in their
+    own processes, requests and outputs cross to and from the engines as messages
+    (``settings.message_cost`` at each end); where each runs inside its replica's engine process
+    (``api_server_process: engine``, vLLM <= 0.5), the router picks the replica on arrival and
+    the request is parsed, tokenized and streamed on that engine's clock.
     """
 
     def __init__(self, env, settings: FrontendSettings, client: LinkParams, table: RequestTable,
@@ -43,28 +47,38 @@ class Frontend:
 
     def arrive(self, rid: int) -> None:
         """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
-        t = self.table
-        j = rid % len(self.servers)
+        t, cpu = self.table, self.cpu
+        prompt = float(t.prompt[rid])
+        cost = cpu.request_overhead + cpu.tokenize_per_token * prompt
+        if self.sv.shared:
+            j = k = self._pick()  # API server j is replica j's engine process
+        else:
+            j, k = rid % len(self.servers), None
+            cost += message_cost(cpu, 1, TOKEN_ID_BYTES * prompt)  # the request goes to the engine
         t.api[rid] = j
-        cost = self.cpu.request_overhead + self.cpu.tokenize_per_token * float(t.prompt[rid])
         s, e = self.servers[j].submit(self.env.now, cost, "tokenize")
         t.tok_start[rid], t.tok_end[rid] = s, e
         if e > self.env.now:
             heapq.heappush(self._routes, e)
-            self.env.timeout(e - self.env.now).callbacks.append(lambda _ev: self._route_later(rid))
+            self.env.timeout(e - self.env.now).callbacks.append(lambda _ev: self._route_later(rid, k))
         else:
-            self._route(rid)
+            self._route(rid, k)
 
-    def _route_later(self, rid: int) -> None:
+    def _route_later(self, rid: int, k: int | None) -> None:
         heapq.heappop(self._routes)
-        self._route(rid)
+        self._route(rid, k)
 
-    def _route(self, rid: int) -> None:
+    def _pick(self) -> int:
+        """The replica the router sends the next request to."""
         if self.sv.router == "least_outstanding":
-            k = min(range(len(self.engines)), key=lambda i: (self.engines[i].outstanding, i))
-        else:
-            k = self._rr
-            self._rr = (self._rr + 1) % len(self.engines)
+            return min(range(len(self.engines)), key=lambda i: (self.engines[i].outstanding, i))
+        k = self._rr
+        self._rr = (self._rr + 1) % len(self.engines)
+        return k
+
+    def _route(self, rid: int, k: int | None = None) -> None:
+        if k is None:
+            k = self._pick()
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 
@@ -102,45 +116,83 @@ class Frontend:
             for rid, receipt in zip(sent_ids[fin].tolist(), received[fin].tolist()):
                 self.on_finish(rid, receipt)
 
-    def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
-        """Serialize one chunk per request on its API server, after ``lead[j]`` seconds of other work there.
+    def message_cost(self, emit) -> float:
+        """CPU seconds to serialize a step's outputs for the API servers: one message per server
+        that holds some of ``emit`` (the receiving end costs as much, booked by :meth:`_receive`)."""
+        if len(self.servers) == 1:
+            return message_cost(self.cpu, len(emit))
+        counts = np.bincount(self.table.api[emit], minlength=len(self.servers))
+        return sum(message_cost(self.cpu, int(n)) for n in counts if n)
 
-        Returns each chunk's end time and each server's task start.
+    def _receive(self, counts) -> dict:
+        """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
+        if self.sv.shared:
+            return {}
+        return {j: cost for j, n in enumerate(counts) if n and (cost := message_cost(self.cpu, int(n))) > 0}
+
+    def _counts(self, emit) -> list[int]:
+        if len(self.servers) == 1:
+            return [len(emit)]
+        return np.bincount(self.table.api[emit], minlength=len(self.servers)).tolist()
+
+    def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
+        """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
+        (label, seconds) tasks — there: receiving the outputs, detokenizing them.
+
+        Returns each chunk's end time and, per server, when its first task started and when its
+        stream task started.
         """
         lead = lead or {}
         starts = {}
         if len(self.servers) == 1:
-            first = lead.get(0, 0.0)
-            if len(sent_ids) or first:
-                starts[0], _ = self.servers[0].submit(now, first + len(sent_ids) * per_chunk, "stream")
-            return starts.get(0, now) + first + per_chunk * np.arange(1, len(sent_ids) + 1), starts
+            api, masks = None, {0: None}
+        else:
+            api = self.table.api[sent_ids]
+            masks = {j: api == j for j in range(len(self.servers))}
         done = np.empty(len(sent_ids))
-        api = self.table.api[sent_ids]
-        for j, server in enumerate(self.servers):
-            mask = api == j
-            n = int(mask.sum())
-            first = lead.get(j, 0.0)
-            if n or first:
-                starts[j], _ = server.submit(now, first + n * per_chunk, "stream")
-                done[mask] = starts[j] + first + per_chunk * np.arange(1, n + 1)
+        for j, mask in masks.items():
+            server = self.servers[j]
+            n = len(sent_ids) if mask is None else int(mask.sum())
+            tasks = lead.get(j, ())
+            if not n and not tasks:
+                continue
+            first = None
+            for label, seconds in tasks:
+                s, _ = server.submit(now, seconds, label)
+                first = s if first is None else first
+            s, _ = server.submit(now, n * per_chunk, "stream")
+            starts[j] = (s if first is None else first, s)
+            ends = s + per_chunk * np.arange(1, n + 1)
+            if mask is None:
+                done = ends
+            else:
+                done[mask] = ends
         return done, starts
 
     def stream(self, step: int, emit, send, prefill_flag, done, e: float) -> None:
-        """Detokenized tokens arrive at time e (= now): serialize one SSE chunk per sending request."""
+        """Detokenized tokens (ready at ``e``) reach the API servers now: each receives its part
+        of the step's outputs and serializes one SSE chunk per sending request."""
         sent_ids = emit if send is None else emit[send]
-        serialized, _ = self._serialize(sent_ids, e, self.cpu.stream_per_chunk)
+        lead = {j: [("receive outputs", c)] for j, c in self._receive(self._counts(emit)).items()}
+        serialized, _ = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         self._deliver(step, emit, send, prefill_flag, done, e, serialized)
 
     def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float) -> None:
-        """vLLM V1 layout: each API server detokenizes its own requests, builds outputs and streams."""
+        """vLLM V1 layout: each API server receives its requests' sampled ids, detokenizes them,
+        builds their outputs and streams."""
         t, c = self.table, self.cpu
         per_chunk = c.output_per_request + c.stream_per_chunk
-        api = t.api[emit]
-        counts = np.bincount(api, minlength=len(self.servers))
-        detok = {j: c.detokenize_step_fixed + c.detokenize_per_token * int(n) for j, n in enumerate(counts) if n}
+        counts = self._counts(emit)
+        receive = self._receive(counts)
+        lead = {}
+        for j, n in enumerate(counts):
+            if n:
+                lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
+                    ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(n))]
         sent_ids = emit if send is None else emit[send]
-        serialized, starts = self._serialize(sent_ids, now, per_chunk, detok)
+        serialized, starts = self._serialize(sent_ids, now, per_chunk, lead)
         e_tok = np.empty(len(emit))
-        for j in detok:
-            e_tok[api == j] = starts[j] + detok[j]
+        api = t.api[emit] if len(self.servers) > 1 else np.zeros(len(emit), dtype=np.int64)
+        for j in lead:
+            e_tok[api == j] = starts[j][1]  # detokenized when the server's stream task begins
         self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)

@@ -184,6 +184,18 @@ class Scheduler:
         t.blocks[rid] += need
         return True
 
+    def extend(self, decode: np.ndarray, comp: np.ndarray) -> bool:
+        """Blocks for one more token of each of ``decode`` (computed ``comp``), for a further step
+        of a multi-step run; False, allocating nothing, when they do not fit."""
+        t, bs = self.table, self.sv.block_size
+        need = (comp + bs) // bs - t.blocks[decode]
+        total = int(need.sum())
+        if total > self.kv_free:
+            return False
+        self.kv_free -= total
+        t.blocks[decode] += need
+        return True
+
     def preempt(self, rid: int) -> None:
         """Recompute preemption: drop the request's KV and put it back at the head of the queue."""
         t = self.table

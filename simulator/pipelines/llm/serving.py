@@ -155,7 +155,11 @@ def simulate(scenario):
     steps = Columns(STEP_COLUMNS) if scenario.record_spans or keep_rows else RingColumns(STEP_COLUMNS)
     ledger = TokenLedger(table, steps, keep_rows=keep_rows, capacity=max(1024, int(specs.output.sum()) + len(specs)))
     records = Records(steps, ledger, recorder)
-    servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
+    replicas = [_replica(k, scenario, topo, pool, cost, recorder) for k in range(p.replicas)]
+    if sv.api_server_process == "engine":  # each replica's API server is its engine process
+        servers = [r.proc for r in replicas]
+    else:
+        servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
     closed = scenario.workload.arrival == "closed"
     next_rid = [0]
 
@@ -173,8 +177,7 @@ def simulate(scenario):
         frontend.arrive(rid)
 
     settings = EngineSettings.from_scenario(scenario)
-    for k in range(p.replicas):
-        replica = _replica(k, scenario, topo, pool, cost, recorder)
+    for k, replica in enumerate(replicas):
         frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
     if scenario.coalesce_decode:
         for engine in frontend.engines:
@@ -198,7 +201,13 @@ def simulate(scenario):
     else:
         env.process(open_loop())
     env.run(until=scenario.max_sim_time)
-    stats = ServingStats(tuple(e.stats() for e in frontend.engines), tuple(s.track for s in servers))
+    procs = {id(q): q for q in [*servers, *(r.proc for r in replicas), *(r.detok_proc for r in replicas)] if q}
+    activity: dict[str, float] = {}
+    for q in procs.values():
+        for label, seconds in q.by_label.items():
+            activity[label] = activity.get(label, 0.0) + seconds
+    stats = ServingStats(tuple(e.stats() for e in frontend.engines), tuple(dict.fromkeys(s.track for s in servers)),
+                         activity)
     result = build_result(scenario, table, records.steps, records.rows, recorder, stats, memory, kv_blocks, env.now)
     _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
     return result

@@ -29,13 +29,21 @@ class EngineSettings:
     stream_interval: int
     cuda_graphs: bool
     cpu: object  # a validated CPUCosts
+    api_server_process: str = "own"
+    multi_step: int = 1
     long_prefill_token_threshold: int = LONG_PREFILL_TOKEN_THRESHOLD
 
     @classmethod
     def from_scenario(cls, scenario) -> "EngineSettings":
         sv = scenario.serving
         return cls(sv.max_batch, sv.max_batched_tokens, sv.block_size, sv.chunked_prefill, sv.overlap,
-                   sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs, scenario.hardware.cpu)
+                   sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs, scenario.hardware.cpu,
+                   sv.api_server_process, sv.multi_step)
+
+    @property
+    def outputs_cross_to_api(self) -> bool:
+        """Whether a step's outputs travel to an API server in another process as a message."""
+        return self.api_server_process == "own"
 
 
 @dataclass(frozen=True)
@@ -46,8 +54,21 @@ class FrontendSettings:
     response_header_bytes: float
     chunk_bytes_per_token: float
     cpu: object  # a validated CPUCosts
+    shared: bool = False  # each API server runs in its replica's engine process (one GIL for both)
 
     @classmethod
     def from_scenario(cls, scenario) -> "FrontendSettings":
         sv = scenario.serving
-        return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token, scenario.hardware.cpu)
+        return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token, scenario.hardware.cpu,
+                   sv.api_server_process == "engine")
+
+
+def message_cost(cpu, requests: int, extra_bytes: float = 0.0) -> float:
+    """CPU seconds at one end of an inter-process message carrying ``requests`` entries (serialize
+    and send, or receive and deserialize): a per-message cost plus a per-byte cost."""
+    return cpu.ipc_per_message + cpu.ipc_per_byte * (cpu.ipc_bytes_per_request * requests + extra_bytes)
+
+
+TOKEN_ID_BYTES = 5.0
+"""Bytes of one prompt token id in a request message: a msgpack uint32 (vllm/v1/serial_utils.py
+encodes the prompt's ids as a list of ints; ids of real vocabularies exceed 65,535)."""
