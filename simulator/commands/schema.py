@@ -31,7 +31,8 @@ _OPS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 CATALOG_REFS = {
     "Hardware.gpu": ("gpus", "h100-sxm"), "Hardware.gpu_link": ("links", "the GPU's gpu_link"),
     "Hardware.host_link": ("links", "the GPU's host_link"), "Hardware.node_link": ("links", "null"),
-    "Hardware.client_link": ("links", "client-lan"), "Hardware.cpu": ("cpus", "reference"),
+    "Hardware.client_link": ("links", "client-lan"), "Hardware.cpu": ("cpus", "the engine profile's cpu"),
+    "Serving.engine": ("engines", "reference"),
     "LLMScenario.model": ("llms", "llama-3-8b"), "DiTScenario.model": ("dits", "required"),
     "TokenPipelineScenario.model": ("llms or dits", "required"),
 }
