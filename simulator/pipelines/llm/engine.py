@@ -7,17 +7,12 @@ step's communication (TP all-reduces, PP sends) and the D2H copy of the sampled 
 shared Fabric of the Topology, so they contend with other traffic on the same ports and show
 on the ports' trace tracks. Per-request work inside a step is numpy over the batch.
 
-Overlap modes: ``sync`` processes step n's outputs before scheduling n+1 (vLLM <= 0.5);
-``async_output`` schedules and launches n+1 once n's sampled ids are on the host, then processes
-n's outputs while n+1 runs (vLLM 0.6's async output processing, PR #7921); ``async`` schedules
-and launches n+1 before n has finished at all (async scheduling / overlap schedulers: vLLM V1
-PR #19970, SGLang v0.4, TensorRT-LLM). Both overlapped modes cost one step of lag: a request that
-finished in step n still occupies a slot in n+1, as in the real engines.
-
-Where a step's outputs cross to another process (a separate detokenizer, an API server in its
-own process) they travel as one message per receiving process, with a serialization cost on the
-sender and a deserialization cost on the receiver (``CPUCosts.ipc_*``), booked on those processes'
-clocks, so an engine core's output thread takes GIL time from its scheduling as in vLLM V1.
+How its loop overlaps CPU work with the GPU is ``overlap.OVERLAP_MODES[serving.overlap]``; where a
+step's outputs are detokenized and how they reach the API servers is
+``placements.PLACEMENTS[serving.detokenizer]``. Where outputs cross to another process they travel
+as one message per receiving process, with a serialization cost on the sender and a
+deserialization cost on the receiver (``CPUCosts.ipc_*``), booked on those processes' clocks, so an
+engine core's output thread takes GIL time from its scheduling as in vLLM V1.
 """
 
 from __future__ import annotations
@@ -33,6 +28,8 @@ from ...observe.llm_metrics import EngineStats
 from ...observe.records import PREFILL_ONLY
 from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
+from .overlap import OVERLAP_MODES
+from .placements import PLACEMENTS
 from .scheduler import Batch, Scheduler
 from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
 
@@ -137,7 +134,8 @@ class Engine:
         # GPU idle between consecutive steps while the engine had work (not after an idle wait)
         self.gap_sum, self.gap_steps, self.gap_max = 0.0, 0, 0.0
         self._after_idle = True
-        env.process(self._loop())
+        self.placement = PLACEMENTS[settings.detokenizer]
+        env.process(OVERLAP_MODES[settings.overlap](self))
 
     def enqueue(self, rid: int) -> None:
         """A tokenized request reaches this engine (as a message, where its API server is another process)."""
@@ -152,7 +150,7 @@ class Engine:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _launch(self):
+    def launch(self):
         """Schedule and launch one step; returns the Step or None if there is nothing to run."""
         plan = self.sched.schedule()
         if plan is None:
@@ -164,12 +162,12 @@ class Engine:
                  + cpu.prepare_per_step + cpu.prepare_per_request * batch)
         return self._start(plan, sched)
 
-    def _launch_run(self) -> list:
+    def launch_run(self) -> list:
         """The steps launched now: one, or with ``multi_step: N`` and a decode-only batch, up to N
         of them on the same requests, scheduled and prepared once (vLLM 0.6's multi-step
         scheduling, PR #7000: the GPU advances the inputs itself between them; each costs only its
         graph launch). They end where the KV cache runs out of blocks for the next token."""
-        step = self._launch()
+        step = self.launch()
         if step is None or self.sv.multi_step == 1 or len(step.completes) or len(step.only_prefill):
             return [] if step is None else [step]
         steps = [step]
@@ -312,15 +310,14 @@ class Engine:
             done = None
         return emit, send, prefill_flag, done
 
-    @staticmethod
-    def _chunks(emit, send) -> int:
-        return len(emit) if send is None else int(send.sum())
-
-    def _output_work(self, n_tokens: int, n_chunks: int) -> float:
+    def output_work(self, n_tokens: int, send) -> float:
+        """CPU seconds to detokenize ``n_tokens`` and build the outputs of the chunks that ``send``
+        marks (all when None)."""
+        chunks = n_tokens if send is None else int(send.sum())
         return (self.cpu.detokenize_step_fixed + self.cpu.detokenize_per_token * n_tokens
-                + self.cpu.output_per_request * n_chunks)
+                + self.cpu.output_per_request * chunks)
 
-    def _send(self, proc: CPUProcess, at: float, emit) -> float:
+    def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
         if not self.sv.outputs_cross_to_api:
@@ -330,14 +327,14 @@ class Engine:
             return at
         return proc.submit(at, cost, "send outputs")[1]
 
-    def _finish_step(self, step: Step, wait: bool = True):
-        """Output processing after the step's D2H: detokenize where the scenario says, then stream.
+    def finish_step(self, step: Step, wait: bool = True):
+        """Output processing after the step's D2H: hand the tokens over to where they are
+        detokenized (``self.placement``), then to the API servers.
 
         Waits for the step's sampled ids to reach the host (unless ``wait`` is False: with async
         output processing the loop has waited already and goes on at once). The engine's own CPU
         and the detokenizer are used by this engine alone, so their work is booked there and then.
         """
-        env = self.env
         # The scheduler's view of who finished is updated when the step is handed over (as
         # engines do with their output queues), before its results reach the host.
         emit, send, prefill_flag, done = self._process(step)
@@ -346,110 +343,25 @@ class Engine:
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
-        if not len(emit):
-            return
-        placement, at = self.sv.detokenizer, max(step.d1, env.now)
-        if placement == "engine":
-            _, end = self.proc.submit(at, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
-            sent = self._send(self.proc, end, emit)
-            if wait:
-                if sent > env.now:
-                    yield env.timeout(sent - env.now)
-                self.sink.stream(step.index, emit, send, prefill_flag, done, end)
-            else:
-                self._later(sent, lambda: self.sink.stream(step.index, emit, send, prefill_flag, done, end))
-        elif placement == "separate":
-            sent = self._send_to_detokenizer(at, len(emit))
-            self._later(sent, lambda: self._detokenize_apart(step.index, emit, send, prefill_flag, done))
-        else:  # api_server: the API servers detokenize their own requests' tokens
-            sent = self._send(self.proc, at, emit)
-            self._later(sent, lambda: self.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
-                                                                  self.env.now))
+        if len(emit):
+            yield from self.placement.hand_over(self, step, emit, send, prefill_flag, done,
+                                                max(step.d1, self.env.now), wait)
 
-    def _later(self, at: float, action) -> None:
+    def later(self, at: float, action) -> None:
         """Run ``action`` at time ``at`` (now, if ``at`` is not in the future)."""
         if at > self.env.now:
             self.env.timeout(at - self.env.now).callbacks.append(lambda _ev: action())
         else:
             action()
 
-    def _send_to_detokenizer(self, at: float, n: int) -> float:
-        """The engine sends a step's sampled ids to its detokenizer process; returns when sent."""
-        cost = message_cost(self.cpu, n)
-        return self.proc.submit(at, cost, "send outputs")[1] if cost > 0 else at
-
-    def _detokenize_apart(self, index: int, emit, send, prefill_flag, done) -> None:
-        """The detokenizer process (SGLang's DetokenizerManager) receives a step's ids, detokenizes
-        them and sends the text on to the API servers."""
-        now, proc = self.env.now, self.detok_proc
-        receive = message_cost(self.cpu, len(emit))
-        if receive > 0:
-            proc.submit(now, receive, "detokenizer receive")
-        _, e = proc.submit(now, self._output_work(len(emit), self._chunks(emit, send)), "detokenize")
-        sent = self._send(proc, e, emit)
-        self._later(sent, lambda: self.sink.stream(index, emit, send, prefill_flag, done, e))
-
     def stats(self) -> EngineStats:
         """What this engine reports to the metrics when the run ends."""
         return EngineStats(self.index, tuple(self.gpu_tracks), self.gpu_busy, self.kv_peak, self.kv_sum,
                            self.kv_steps, self.gap_sum, self.gap_steps, self.gap_max)
 
-    def _idle(self):
+    def idle(self):
+        """Wait until a request arrives (the loop found nothing to run)."""
         self._wake = self.env.event()
         self._after_idle = True
         yield self._wake
         self._wake = None
-
-    def _loop(self):
-        if self.sv.overlap == "async_output":
-            yield from self._loop_async_output()
-            return
-        pending: Step | None = None
-        while True:
-            if not self.sched.running and not self.sched.waiting and pending is None:
-                yield from self._idle()
-            if self.runs is not None:
-                resume = self.runs.run()
-                if resume is not None:
-                    if resume > self.env.now:
-                        yield self.env.timeout(resume - self.env.now)
-                    continue
-            if self.sv.multi_step > 1:
-                steps = self._launch_run()
-                if not steps:
-                    yield from self._idle()
-                    continue
-                if not steps[-1].done.processed:
-                    yield steps[-1].done  # outputs come back in bulk, once the last step's are on the host
-                for step in steps:
-                    yield from self._finish_step(step)
-                continue
-            step = self._launch()
-            if self.sv.overlap == "async":
-                step, pending = pending, step
-            if step is None:
-                if pending is None:
-                    # Nothing fits (waiting requests blocked on KV): wait for new work.
-                    yield from self._idle()
-                continue
-            yield from self._finish_step(step)
-
-    def _loop_async_output(self):
-        """vLLM 0.6's async output processing: once step n's sampled ids are on the host, step
-        n+1 is scheduled and launched, and only then are n's outputs processed, while n+1 runs."""
-        pending: list = []
-        while True:
-            if not self.sched.running and not self.sched.waiting and not pending:
-                yield from self._idle()
-            steps = self._launch_run()
-            for step in pending:
-                yield from self._finish_step(step, wait=False)
-            if not steps:
-                had, pending = bool(pending), []
-                if had or (not self.sched.running and not self.sched.waiting):
-                    continue  # finishing the last steps may have freed what the scheduler needs
-                yield from self._idle()  # nothing fits (waiting requests blocked on KV)
-                continue
-            if not steps[-1].done.processed:
-                yield steps[-1].done
-            pending = steps
