@@ -10,6 +10,7 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
+from .routers import ROUTERS
 from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost
 
 
@@ -37,7 +38,7 @@ class Frontend:
         self.rows = rows
         self.on_finish = on_finish
         self.engines = []
-        self._rr = 0
+        self.router = ROUTERS[settings.router]()
         self.next_arrival = float("inf")  # the open-loop arrival the workload waits for (set by it)
         self._routes: list[float] = []   # tokenizations that end in the future: when they route
 
@@ -70,11 +71,7 @@ class Frontend:
 
     def _pick(self) -> int:
         """The replica the router sends the next request to."""
-        if self.sv.router == "least_outstanding":
-            return min(range(len(self.engines)), key=lambda i: (self.engines[i].outstanding, i))
-        k = self._rr
-        self._rr = (self._rr + 1) % len(self.engines)
-        return k
+        return self.router.pick(self.engines)
 
     def _route(self, rid: int, k: int | None = None) -> None:
         if k is None:
