@@ -47,6 +47,7 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "api_server_share": (("engine_time_share", "api_server"), "share"),
     "host_share": (("engine_time_share", "schedule+output"), "share"),  # scheduling, input prep, outputs
     "step_gap_ms": (("step_gap_ms", "mean"), "ms"),
+    "busbw_gbps": ((), "GB/s"),  # a collective's nccl-tests bus bandwidth (kind: collective)
     "throughput_ratio": (("throughput", "output_tokens_per_s"), "x"),  # of the case over its relative_to case
     "tpot_ratio": (("tpot_ms", "mean"), "x"),
 }
@@ -106,8 +107,9 @@ def load_family(path: str | Path) -> Family:
     if not isinstance(doc, dict):
         raise ConfigError("a validation family must be a YAML mapping", file=str(p))
     kind = doc.get("kind", "simulate")
-    if kind not in ("simulate", "image_encode"):
-        raise ConfigError(f"kind {kind!r} is not one of simulate, image_encode", file=str(p), path="kind")
+    if kind not in ("simulate", "image_encode", "collective"):
+        raise ConfigError(f"kind {kind!r} is not one of simulate, image_encode, collective", file=str(p),
+                          path="kind")
     metric = _require(doc, "metric", p, str)
     if metric != "mean" and metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}", file=str(p), path="metric")
@@ -233,12 +235,41 @@ def _image_case(fam: Family, case: Case) -> list[dict]:
                  error_pct=error_pct(pred, float(case.measured)), note=case.note)]
 
 
+def _collective_case(fam: Family, case: Case) -> list[dict]:
+    """A collective as NCCL runs it (``hardware.nccl``) on a node type's topology: ``node``, ``nodes``,
+    ``gpus`` (per node; default all), ``collective``, ``size`` (bytes, nccl-tests' size) and
+    optionally ``algorithm: ring`` (NCCL_NVLS_ENABLE=0)."""
+    import simpy
+
+    from .config.loader import load_scenario
+    from .hardware import nccl
+    from .hardware.topology import Topology
+
+    o = {**fam.base, **case.overrides}
+    try:
+        hw = load_scenario({"model": "llama-3-8b", "hardware": {"node": o["node"]}}).hardware
+        nodes, per = int(o.get("nodes", 1)), int(o.get("gpus", hw.gpus_per_node))
+        topo = Topology.from_hardware(simpy.Environment(), hw, nodes * hw.gpus_per_node)
+        grp = nccl.group(topo, [k * hw.gpus_per_node + i for k in range(nodes) for i in range(per)], hw.gpu.arch)
+        choices = [p for p in nccl.plans(grp, o["collective"], float(o["size"]))
+                   if o.get("algorithm") in (None, p.algorithm)]
+        plan = min(choices, key=lambda p: p.time)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"case {case.name!r}: needs node, collective, size ({exc})", file=fam.path) from None
+    pred = plan.busbw / 1e9
+    return [dict(metric=fam.metric, predicted=pred, measured=float(case.measured),
+                 error_pct=error_pct(pred, float(case.measured)),
+                 note=f"{plan.algorithm}/{plan.protocol}; {case.note}".rstrip("; "))]
+
+
 def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
     """Predicted vs measured rows of one family (``progress`` counts its cases)."""
     rows, summaries = [], {}
     for case in fam.cases:
         if fam.kind == "image_encode":
             found = _image_case(fam, case)
+        elif fam.kind == "collective":
+            found = _collective_case(fam, case)
         else:
             found = _simulate_case(fam, case, summaries)
         for r in found:

@@ -44,6 +44,9 @@ TOLERANCE = {
     # Out of sample (not in ../shared/reference): vLLM V0's latency benchmark on Mixtral; its tp 8 rows
     # carry V0's per-step host time (issue 13), see the family's notes.
     ("vllm_latency_mixtral", "batch_latency_s"): (40, 62),
+    # NCCL collectives (issue 14): the median meets 10%; the worst rows are a PCIe box whose GPUs stage
+    # through host memory (NCCL's SHM transport, not modelled) and A100 mid-size protocol limits.
+    ("nccl_collectives", "busbw_gbps"): (10, 325),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (82, 82),

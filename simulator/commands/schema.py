@@ -33,6 +33,7 @@ CATALOG_REFS = {
     "Hardware.host_link": ("links", "the GPU's host_link"), "Hardware.node_link": ("links", "null"),
     "Hardware.client_link": ("links", "client-lan"), "Hardware.cpu": ("cpus", "the engine profile's cpu"),
     "Serving.engine": ("engines", "reference"),
+    "Hardware.node": ("nodes", "null (the flat model: GPU ports only)"),
     "LLMScenario.model": ("llms", "llama-3-8b"), "DiTScenario.model": ("dits", "required"),
     "TokenPipelineScenario.model": ("llms or dits", "required"),
 }

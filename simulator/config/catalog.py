@@ -8,7 +8,7 @@ from importlib import resources
 
 from .yamlio import loads
 
-KINDS = ("gpus", "links", "cpus", "engines", "llms", "dits")
+KINDS = ("gpus", "links", "nodes", "cpus", "engines", "llms", "dits")
 
 
 @lru_cache(maxsize=None)

@@ -170,6 +170,8 @@ def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) 
         raise ConfigError(f"expected a mapping of hardware keys (gpu, host_link, ...), got {_SHORT.repr(raw_hw)}",
                           path="hardware")
     hw = dict(raw_hw or {})
+    if hw.get("node") is not None:
+        _resolve_node(hw, resolver)
     hw["gpu"] = resolver.ref(hw.get("gpu", "h100-sxm"), "gpus", "hardware.gpu", default="h100-sxm")
     gpu = hw["gpu"] if isinstance(hw["gpu"], dict) else {}
     defaults = {"gpu_link": gpu.get("gpu_link"), "host_link": gpu.get("host_link", "pcie4-x16"),
@@ -183,6 +185,44 @@ def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) 
         given = {**cpu, **given}  # a partial mapping builds on the engine's costs
     hw["cpu"] = resolver.ref(given, "cpus", "hardware.cpu", default=cpu["base"])
     return hw
+
+
+NODE_LINKS = ("nvlink", "pcie", "switch_uplink", "socket_link", "nic")
+
+
+def _base_name(value: Any) -> Any:
+    """The catalog name a hardware value builds on (a name, or a mapping's base)."""
+    return value.get("base", value.get("name")) if isinstance(value, dict) else value
+
+
+def _resolve_node(hw: dict, resolver: _Resolver) -> None:
+    """Resolve ``hardware.node`` and lay its GPU, node size and links under the keys the scenario
+    does not set; a GPU or node size that contradicts the node is an error."""
+    node = resolver.ref(hw["node"], "nodes", "hardware.node")
+    for key in NODE_LINKS:
+        if isinstance(node.get(key), (str, dict)):
+            node[key] = resolver.ref(node[key], "links", f"hardware.node.{key}")
+    hw["node"] = node
+    gpu, name = node.get("gpu"), node.get("name")
+    given = hw.get("gpu")
+    if given is None:
+        hw["gpu"] = gpu
+    elif isinstance(given, dict) and "base" not in given and "name" not in given:
+        hw["gpu"] = {"base": gpu, **given}
+    elif _base_name(given) != gpu:
+        raise ConfigError(f"{_SHORT.repr(_base_name(given))} is not the GPU of node {name!r}, which holds "
+                          f"{gpu}; leave hardware.gpu out or choose a node with that GPU "
+                          f"({', '.join(n for n in catalog.names('nodes') if (catalog.entry('nodes', n) or {}).get('gpu') == _base_name(given)) or 'none in the catalog'})",
+                          path="hardware.gpu")
+    gpus = node.get("gpus")
+    if "gpus_per_node" in hw and hw["gpus_per_node"] != gpus:
+        raise ConfigError(f"{hw['gpus_per_node']} but node {name!r} holds {gpus} GPUs; leave it out",
+                          path="hardware.gpus_per_node")
+    hw["gpus_per_node"] = gpus
+    for key, link in (("gpu_link", "nvlink"), ("host_link", "pcie"), ("node_link", "nic")):
+        if key not in hw:
+            value = node.get(link)
+            hw[key] = {"base": value["name"]} if isinstance(value, dict) and "name" in value else value
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:

@@ -46,6 +46,7 @@ class GPUSpec(Strict):
     kernel_floor: Seconds = 0.0
     launch_overhead: Seconds
     gemm_mainloop: Literal["multistage", "warp_specialized"] = "multistage"
+    arch: Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "other"] = "other"
     gpu_link: Optional[str] = None
     host_link: str = "pcie4-x16"
     sources: dict[str, str] = {}
@@ -72,6 +73,7 @@ class LinkSpec(Strict):
     allreduce_busbw: Optional[Bandwidth] = None
     fully_connected: bool = False
     kernel_allreduce: Optional[KernelAllReduceSpec] = None
+    nccl_bandwidth: Optional[Bandwidth] = None
     sources: dict[str, str] = {}
 
     @property
@@ -85,6 +87,44 @@ class LinkSpec(Strict):
         if self.allreduce_busbw is None:
             return self.effective_bandwidth
         return min(self.allreduce_busbw, self.effective_bandwidth)
+
+
+class NodeSpec(Strict):
+    """A node type (catalog ``nodes``): how its GPUs are wired — NVLink domain, PCIe switches
+    under CPU sockets, peer-to-peer capability, NICs. ``hardware.node`` selects one."""
+
+    name: str
+    gpu: str
+    gpus: Count(1024)
+    nvlink: Optional[LinkSpec] = None
+    nvlink_domain: Count(100_000)
+    nvls: bool = False
+    pcie: LinkSpec
+    gpus_per_switch: Annotated[int, Field(ge=0, le=1024)] = 0
+    switch_uplink: Optional[LinkSpec] = None
+    sockets: Count(64) = 1
+    socket_link: Optional[LinkSpec] = None
+    p2p: Literal["all", "switch", "none"] = "switch"
+    nic: Optional[LinkSpec] = None
+    nics: Annotated[int, Field(ge=0, le=1024)] = 0
+    sources: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.gpus % self.sockets:
+            raise ValueError(f"{self.gpus} GPUs do not split evenly over {self.sockets} sockets")
+        if self.gpus_per_switch and (self.gpus // self.sockets) % self.gpus_per_switch:
+            raise ValueError(f"{self.gpus // self.sockets} GPUs per socket do not fill switches of "
+                             f"{self.gpus_per_switch}")
+        if self.gpus_per_switch and self.switch_uplink is None:
+            raise ValueError("a node with PCIe switches needs switch_uplink")
+        if self.sockets > 1 and self.socket_link is None:
+            raise ValueError("a node with several sockets needs socket_link")
+        if self.nvlink_domain % self.gpus:
+            raise ValueError(f"nvlink_domain={self.nvlink_domain} is not a whole number of {self.gpus}-GPU nodes")
+        if self.nics and self.gpus % self.nics:
+            raise ValueError(f"{self.nics} NICs do not split evenly over {self.gpus} GPUs")
+        return self
 
 
 class CPUCosts(Strict):
@@ -151,6 +191,7 @@ class Hardware(Strict):
     gpus_per_node: Count(1024) = 8
     cpu: CPUCosts
     cuda_graphs: bool = True
+    node: Optional[NodeSpec] = None
 
 
 class LLMParallel(Strict):

@@ -25,6 +25,7 @@ class LinkParams:
     latency: float
     name: str = ""
     allreduce_bandwidth: float | None = None  # bus bandwidth an all-reduce reaches (None: ``bandwidth``)
+    nccl_bandwidth: float | None = None  # NCCL's topology-model figure (None: ``bandwidth``)
 
     def __post_init__(self):
         if not self.bandwidth > 0:
@@ -38,12 +39,53 @@ class LinkParams:
         """The one conversion from a catalog :class:`~simulator.config.models.LinkSpec`: a port
         runs at the nominal bandwidth x the achievable fraction (``effective_bandwidth``), and an
         all-reduce at the measured NCCL bus bandwidth where the catalog has one."""
-        return cls(spec.effective_bandwidth, spec.latency, spec.name, spec.allreduce_bandwidth)
+        return cls(spec.effective_bandwidth, spec.latency, spec.name, spec.allreduce_bandwidth,
+                   spec.nccl_bandwidth)
 
     @property
     def collective_bandwidth(self) -> float:
         """Bandwidth an all-reduce's bytes move at on an idle link."""
         return self.allreduce_bandwidth or self.bandwidth
+
+    @property
+    def nccl(self) -> float:
+        """The bandwidth NCCL plans this link with (its topology model), else the port bandwidth."""
+        return self.nccl_bandwidth or self.bandwidth
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where each GPU of a node sits (its PCIe switch, CPU socket and NIC) and the links above it:
+    the graph of a catalog node type (``hardware.node``), built once per Topology."""
+
+    gpus: int
+    nvlink_domain: int
+    gpus_per_switch: int
+    sockets: int
+    p2p: str
+    switch_uplink: LinkParams | None
+    socket_link: LinkParams | None
+    nic: LinkParams | None
+    nics: int
+    nvls: bool
+
+    @classmethod
+    def from_spec(cls, node) -> "NodeLayout":
+        """From a validated :class:`~simulator.config.models.NodeSpec`."""
+        return cls(node.gpus, node.nvlink_domain, node.gpus_per_switch, node.sockets, node.p2p,
+                   as_link_params(node.switch_uplink, "switch_uplink"), as_link_params(node.socket_link, "socket_link"),
+                   as_link_params(node.nic, "nic"), node.nics, node.nvls)
+
+    def switch(self, local: int) -> int | None:
+        """The PCIe switch of a GPU (by its index in the node), None when it sits on a root port."""
+        return local // self.gpus_per_switch if self.gpus_per_switch else None
+
+    def socket(self, local: int) -> int:
+        return local // (self.gpus // self.sockets)
+
+    def nic_of(self, local: int) -> int:
+        """The NIC a GPU's inter-node traffic leaves by: its own (rail-optimised), or its group's."""
+        return local // (self.gpus // self.nics) if self.nics else 0
 
 
 def as_link_params(link, name: str = "") -> LinkParams | None:
@@ -76,7 +118,7 @@ class Topology:
     """
 
     def __init__(self, env: simpy.Environment, n_gpus: int, gpus_per_node: int,
-                 gpu_link=None, host_link=None, node_link=None, recorder=None, client_link=None):
+                 gpu_link=None, host_link=None, node_link=None, recorder=None, client_link=None, node=None):
         if n_gpus < 1:
             raise ValueError(f"n_gpus must be >= 1, got {n_gpus!r}")
         if gpus_per_node < 1:
@@ -89,14 +131,16 @@ class Topology:
         self.host_link = as_link_params(host_link, "host_link")
         self.node_link = as_link_params(node_link, "node_link")
         self.client_link = as_link_params(client_link, "client_link")
+        self.layout = node if isinstance(node, NodeLayout) or node is None else NodeLayout.from_spec(node)
         self.fabric = Fabric(env, recorder)
+        self._links: dict[str, LinkParams] = {}  # port name -> its link, for ports of the flat model
 
     @classmethod
     def from_hardware(cls, env: simpy.Environment, hardware, n_gpus: int,
                       recorder=None) -> "Topology":
         """The topology of ``n_gpus`` GPUs of a scenario's validated ``hardware`` section."""
         return cls(env, n_gpus, hardware.gpus_per_node, hardware.gpu_link, hardware.host_link,
-                   hardware.node_link, recorder, hardware.client_link)
+                   hardware.node_link, recorder, hardware.client_link, getattr(hardware, "node", None))
 
     @property
     def peer_link(self) -> LinkParams:
@@ -122,7 +166,9 @@ class Topology:
             raise ValueError(f"GPU index {gpu!r} out of range 0..{self.n_gpus - 1}")
 
     def _port(self, owner: str, kind: str, direction: str, link: LinkParams) -> Port:
-        return self.fabric.port(f"{owner}.{kind}.{direction}", link.bandwidth)
+        name = f"{owner}.{kind}.{direction}"
+        self._links[name] = link
+        return self.fabric.port(name, link.bandwidth)
 
     def _host(self, gpu: int) -> LinkParams:
         self._check_gpu(gpu)
@@ -132,6 +178,58 @@ class Topology:
 
     def path(self, src_gpu: int, dst_gpu: int) -> tuple[list[Port], float]:
         """Ports a ``src_gpu`` → ``dst_gpu`` copy crosses, and its latency (s)."""
+        hops, latency = self.hops(src_gpu, dst_gpu)
+        return [self.fabric.port(name, link.bandwidth) for name, link in hops], latency
+
+    def hops(self, src_gpu: int, dst_gpu: int) -> tuple[list[tuple[str, LinkParams]], float]:
+        """The (port name, link) pairs a ``src_gpu`` → ``dst_gpu`` copy crosses, and its latency (s)."""
+        if self.layout is not None:
+            return self._graph_hops(src_gpu, dst_gpu)
+        ports, latency = self._flat_path(src_gpu, dst_gpu)
+        return [(p.name, self._links[p.name]) for p in ports], latency
+
+    def _graph_hops(self, src: int, dst: int) -> tuple[list[tuple[str, LinkParams]], float]:
+        """Routes on a node type's graph: NVLink inside an NVLink domain; else up the source GPU's
+        PCIe link (and its switch's uplink, unless both GPUs share a switch and may talk peer to
+        peer), across the socket link where the sockets differ, and down to the destination; and
+        between nodes, through each GPU's NIC. A pair that may not talk peer to peer stages
+        through host memory: the same ports, a second copy's latency."""
+        lay = self.layout
+        self._check_gpu(src)
+        self._check_gpu(dst)
+        if src == dst:
+            return [], 0.0
+        if self.gpu_link is not None and src // lay.nvlink_domain == dst // lay.nvlink_domain:
+            link = self.gpu_link
+            return [(f"gpu{src}.nvlink.tx", link), (f"gpu{dst}.nvlink.rx", link)], link.latency
+        pcie = self._host(src)
+        ns, nd = self.node_of(src), self.node_of(dst)
+        a, b = src % lay.gpus, dst % lay.gpus
+        if ns != nd:
+            nic = lay.nic or self.node_link
+            if nic is None:
+                raise ValueError(f"GPUs {src} and {dst} are on nodes {ns} and {nd}, but the node has no NIC")
+            return ([(f"gpu{src}.pcie.tx", pcie), (f"node{ns}.nic{lay.nic_of(a)}.tx", nic),
+                     (f"node{nd}.nic{lay.nic_of(b)}.rx", nic), (f"gpu{dst}.pcie.rx", pcie)],
+                    nic.latency + 2 * pcie.latency)
+        sa, sb, ca, cb = lay.switch(a), lay.switch(b), lay.socket(a), lay.socket(b)
+        direct = lay.p2p == "all" or (lay.p2p == "switch" and sa is not None and sa == sb)
+        if sa is not None and sa == sb and direct:
+            return [(f"gpu{src}.pcie.tx", pcie), (f"gpu{dst}.pcie.rx", pcie)], pcie.latency
+        hops = [(f"gpu{src}.pcie.tx", pcie)]
+        if sa is not None:
+            hops.append((f"node{ns}.sw{sa}.up.tx", lay.switch_uplink))
+        latency = pcie.latency
+        if ca != cb:
+            hops.append((f"node{ns}.socket{ca}to{cb}", lay.socket_link))
+            latency += lay.socket_link.latency
+        if sb is not None:
+            hops.append((f"node{ns}.sw{sb}.up.rx", lay.switch_uplink))
+        hops.append((f"gpu{dst}.pcie.rx", pcie))
+        return hops, latency if direct else latency + pcie.latency
+
+    def _flat_path(self, src_gpu: int, dst_gpu: int) -> tuple[list[Port], float]:
+        """The flat model (no node type): NVLink or PCIe ports at the two GPUs, NICs between nodes."""
         src_node, dst_node = self.node_of(src_gpu), self.node_of(dst_gpu)
         if src_gpu == dst_gpu:
             return [], 0.0
@@ -169,9 +267,16 @@ class Topology:
         return self.fabric.transfer(ports, nbytes, latency, label)
 
     def host_route(self, gpu: int, direction: str = "tx") -> tuple[list[Port], float]:
-        """The port of a D2H (``"tx"``) or H2D (``"rx"``) copy of ``gpu``, and its latency."""
+        """The ports of a D2H (``"tx"``) or H2D (``"rx"``) copy of ``gpu``, and its latency: its PCIe
+        port, and on a node type with PCIe switches its switch's uplink too (host memory is above
+        the root complex, so two GPUs under one switch share it)."""
         link = self._host(gpu)
-        return [self._port(f"gpu{gpu}", "pcie", direction, link)], link.latency
+        ports = [self._port(f"gpu{gpu}", "pcie", direction, link)]
+        lay = self.layout
+        if lay is not None and lay.switch(gpu % lay.gpus) is not None:
+            name = f"node{self.node_of(gpu)}.sw{lay.switch(gpu % lay.gpus)}.up.{direction}"
+            ports.append(self.fabric.port(name, lay.switch_uplink.bandwidth))
+        return ports, link.latency
 
     def d2h(self, gpu: int, nbytes: float, label: str = "") -> simpy.Process:
         """Copy ``nbytes`` from ``gpu`` to host memory over its PCIe tx port."""

@@ -1,0 +1,101 @@
+"""Node types (``hardware.node``): the topology graph's routes, NCCL's collective model on it, and the
+one-line errors of a node that contradicts the scenario."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+import simulator
+from simulator.config import catalog
+from simulator.config.loader import load_scenario
+from simulator.errors import ConfigError
+from simulator.hardware import nccl
+from simulator.hardware.topology import Topology
+
+
+def hardware(node: str):
+    return load_scenario({"model": "llama-3-8b", "hardware": {"node": node}}).hardware
+
+
+def topology(node: str, nodes: int = 1) -> Topology:
+    hw = hardware(node)
+    return Topology.from_hardware(simpy.Environment(), hw, nodes * hw.gpus_per_node)
+
+
+def names(topo, src, dst):
+    return [name for name, _ in topo.hops(src, dst)[0]]
+
+
+def test_every_node_type_loads_and_runs_a_scenario():
+    for name in catalog.names("nodes"):
+        hw = hardware(name)
+        assert hw.node.name == name and hw.gpu.name == hw.node.gpu and hw.gpus_per_node == hw.node.gpus
+        r = simulator.run({"model": "llama-3-8b", "hardware": {"node": name},
+                           "workload": {"requests": 2, "arrival": "all_at_once", "prompt_tokens": 64,
+                                        "output_tokens": 4}})
+        assert r.summary["status"] == "ok", name
+
+
+def test_a_node_that_contradicts_the_gpu_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"hardware\.gpu: 'h100-sxm' is not the GPU of node 'pcie-8xl20'.*l20"):
+        load_scenario({"model": "llama-3-8b", "hardware": {"node": "pcie-8xl20", "gpu": "h100-sxm"}})
+    with pytest.raises(ConfigError, match=r"hardware\.gpus_per_node"):
+        load_scenario({"model": "llama-3-8b", "hardware": {"node": "hgx-h100", "gpus_per_node": 4}})
+    with pytest.raises(ConfigError, match=r"hardware\.node.*unknown node 'hgx-h1000'.*did you mean"):
+        load_scenario({"model": "llama-3-8b", "hardware": {"node": "hgx-h1000"}})
+
+
+def test_pcie_routes_climb_as_far_as_the_pair_needs():
+    t = topology("pcie-8xl40s")  # 2 sockets x 1 switch of 4 GPUs, P2P under a switch only
+    assert names(t, 0, 1) == ["gpu0.pcie.tx", "gpu1.pcie.rx"]
+    assert names(t, 0, 5) == ["gpu0.pcie.tx", "node0.sw0.up.tx", "node0.socket0to1", "node0.sw1.up.rx",
+                              "gpu5.pcie.rx"]
+    pcie, socket = t.host_link.latency, t.layout.socket_link.latency
+    assert t.hops(0, 5)[1] == pytest.approx(2 * pcie + socket)  # staged through host memory: a second copy
+    assert t.hops(0, 1)[1] == pytest.approx(pcie)
+    assert [p.name for p in t.host_route(2)[0]] == ["gpu2.pcie.tx", "node0.sw0.up.tx"]  # D2H shares the uplink
+
+
+def test_nvlink_inside_a_domain_and_nics_between_nodes():
+    t = topology("hgx-h100", nodes=2)
+    assert names(t, 0, 5) == ["gpu0.nvlink.tx", "gpu5.nvlink.rx"]
+    assert names(t, 3, 11) == ["gpu3.pcie.tx", "node0.nic3.tx", "node1.nic3.rx", "gpu11.pcie.rx"]
+    rack = topology("gb200-nvl72", nodes=4)  # 4-GPU trays in one 72-GPU NVLink domain
+    assert names(rack, 0, 13) == ["gpu0.nvlink.tx", "gpu13.nvlink.rx"]
+
+
+def test_ring_all_reduce_is_nccls_latency_plus_bytes_over_the_bottleneck():
+    t = topology("dgx-a100")
+    grp = nccl.group(t, range(8), "ampere")
+    assert grp.intra_bw == pytest.approx(240e9) and grp.intra_hw == "nvlink" and grp.nvls == 0
+    size = 1 << 33
+    simple = next(p for p in nccl.plans(grp, "all_reduce", size) if p.protocol == "Simple")
+    latency = (8.4 + 14 * 3.4) * 1e-6
+    assert simple.time == pytest.approx(latency + size / (240e9 * 8 / 14), rel=1e-12)
+    assert nccl.best(grp, "all_reduce", 64).protocol == "LL"        # latency-bound: LL
+    assert nccl.best(grp, "all_reduce", size).protocol == "Simple"  # bandwidth-bound: Simple
+
+
+def test_nvls_wins_large_all_reduces_on_nvswitch_gen3_and_only_there():
+    grp = nccl.group(topology("hgx-h200"), range(8), "hopper")
+    big = nccl.best(grp, "all_reduce", 1 << 34)
+    assert big.algorithm == "nvls"
+    assert big.algbw == pytest.approx(370.8e9 * 0.85 * 8 / 9, rel=1e-12)
+    assert nccl.best(grp, "all_reduce", 1 << 16).algorithm == "ring"
+    assert nccl.best(grp, "all_gather", 1 << 34).algorithm == "ring"  # NVLS here is all-reduce only
+    pcie = nccl.group(topology("pcie-8xl40s"), range(8), "ada")
+    assert pcie.intra_hw == "pci" and all(p.protocol != "LL128" for p in nccl.plans(pcie, "all_reduce", 1 << 20))
+
+
+def test_cross_socket_pcie_ring_is_held_to_the_socket_link():
+    grp = nccl.group(topology("pcie-8xl40s"), range(8), "ada")
+    socket = hardware("pcie-8xl40s").node.socket_link.nccl_bandwidth
+    assert grp.intra_bw == pytest.approx(socket)  # the ring crosses the sockets once each way
+
+
+def test_tensor_parallel_traffic_on_a_pcie_box_shows_on_switch_and_socket_tracks():
+    r = simulator.run({"model": "llama-3-8b", "hardware": {"node": "pcie-8xl40s"}, "parallel": {"tp": 8},
+                       "workload": {"requests": 2, "arrival": "all_at_once", "prompt_tokens": 64, "output_tokens": 3}})
+    tracks = set(r.spans.track)
+    assert {"link:node0.sw0.up.tx", "link:node0.socket0to1", "link:node0.socket1to0"} <= tracks
