@@ -99,3 +99,15 @@ def test_tensor_parallel_traffic_on_a_pcie_box_shows_on_switch_and_socket_tracks
                        "workload": {"requests": 2, "arrival": "all_at_once", "prompt_tokens": 64, "output_tokens": 3}})
     tracks = set(r.spans.track)
     assert {"link:node0.sw0.up.tx", "link:node0.socket0to1", "link:node0.socket1to0"} <= tracks
+
+
+def test_tensor_parallel_all_reduce_on_a_node_type_is_the_plan_nccl_picks():
+    from simulator.pipelines.llm.serving import build_cost
+
+    sc = load_scenario({"model": "llama-3-8b", "hardware": {"node": "pcie-8xl40s"},
+                        "parallel": {"tp": 8, "allreduce": "nccl"}})
+    cost = build_cost(sc)
+    grp = nccl.group(topology("pcie-8xl40s"), range(8), "ada")
+    for tokens in (1, 64, 4096):
+        plan = nccl.best(grp, "all_reduce", cost.activation_bytes(tokens))
+        assert cost.allreduce_parts(tokens) == (plan.latency, cost.activation_bytes(tokens) / plan.algbw)

@@ -222,7 +222,7 @@ def _resolve_node(hw: dict, resolver: _Resolver) -> None:
     for key, link in (("gpu_link", "nvlink"), ("host_link", "pcie"), ("node_link", "nic")):
         if key not in hw:
             value = node.get(link)
-            hw[key] = {"base": value["name"]} if isinstance(value, dict) and "name" in value else value
+            hw[key] = dict(value) if isinstance(value, dict) else value  # the node's own, overrides and all
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:

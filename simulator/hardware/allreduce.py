@@ -29,6 +29,7 @@ class AllReduceLink:
     twoshot_latency: float
     twoshot_bandwidth: float
     fully_connected: bool
+    nccl: object = None  # a hardware.nccl.Group where the node type is known: NCCL's own model prices it
 
     @classmethod
     def without_kernels(cls, latency: float, bandwidth: float, bus_bandwidth: float,
@@ -64,6 +65,11 @@ class NCCLAllReduce(AllReducePolicy):
     def parts(self, nbytes: float, n: int, link: AllReduceLink) -> tuple[float, float]:
         if n <= 1:
             return 0.0, 0.0
+        if link.nccl is not None:  # a node type's topology: the plan NCCL's tuning model picks
+            from .nccl import best
+
+            plan = best(link.nccl, "all_reduce", nbytes)
+            return plan.latency, nbytes / plan.algbw
         return 2 * link.latency, 2 * (n - 1) / n * nbytes / link.bus_bandwidth
 
 
@@ -98,12 +104,19 @@ ALLREDUCE_POLICIES = {p.name: p for p in (VLLMAllReduce(), NCCLAllReduce())}
 """The engine all-reduce policies a scenario can name (``parallel.allreduce``)."""
 
 
-def allreduce_link(spec) -> AllReduceLink:
+def allreduce_link(spec, nccl_group=None) -> AllReduceLink:
     """The closed-form figures of a catalog :class:`~simulator.config.models.LinkSpec`: its
-    measured kernel all-reduce where it has one, else two hops of its latency at its copy rate."""
+    measured kernel all-reduce where it has one, else two hops of its latency at its copy rate;
+    with ``nccl_group`` (the TP group on a node type's topology) NCCL's own model prices NCCL."""
     k = spec.kernel_allreduce
     if k is None:
-        return AllReduceLink.without_kernels(spec.latency, spec.effective_bandwidth, spec.allreduce_bandwidth,
+        link = AllReduceLink.without_kernels(spec.latency, spec.effective_bandwidth, spec.allreduce_bandwidth,
                                              spec.fully_connected)
-    return AllReduceLink(spec.latency, spec.allreduce_bandwidth, k.oneshot_latency, k.oneshot_bandwidth,
-                         k.twoshot_latency, k.twoshot_bandwidth, spec.fully_connected)
+    else:
+        link = AllReduceLink(spec.latency, spec.allreduce_bandwidth, k.oneshot_latency, k.oneshot_bandwidth,
+                             k.twoshot_latency, k.twoshot_bandwidth, spec.fully_connected)
+    if nccl_group is None:
+        return link
+    from dataclasses import replace
+
+    return replace(link, nccl=nccl_group)

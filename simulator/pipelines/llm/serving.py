@@ -109,7 +109,18 @@ def build_cost(scenario) -> LLMCostModel:
     gpu = GPU.from_spec(hw.gpu)
     attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
     return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
-                        link.latency, allreduce_link(spec), p.allreduce, attention)
+                        link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention)
+
+
+def _tp_group(scenario):
+    """Replica 0's TP group as NCCL sees it on the node type's topology (None without a node type)."""
+    hw, p = scenario.hardware, scenario.parallel
+    if hw.node is None or p.tp < 2:
+        return None
+    from ...hardware import nccl
+
+    topo = Topology.from_hardware(simpy.Environment(), hw, p.tp)
+    return nccl.group(topo, range(p.tp), hw.gpu.arch)
 
 
 def _oom_result(scenario, exc: DoesNotFit) -> Result:
