@@ -112,15 +112,18 @@ def group(topo, gpus, arch: str = "other") -> Group:
     """The NCCL view of ``gpus`` (in ring order) on ``topo``."""
     gpus = list(gpus)
     n = len(gpus)
+    lay = topo.layout
+    # NCCL's "node" is what its intra-node transport reaches: a whole NVLink domain (multi-node
+    # NVLink, as on NVL72) where there is one, else the host
+    nvl = lay is not None and topo.gpu_link is not None
     by_node: dict[int, list[int]] = {}
     for g in gpus:
-        by_node.setdefault(topo.node_of(g), []).append(g)
+        by_node.setdefault(g // lay.nvlink_domain if nvl else topo.node_of(g), []).append(g)
     nodes = len(by_node)
     local = next(iter(by_node.values()))
     intra = [topo.hops(local[i], local[(i + 1) % len(local)])[0] for i in range(len(local))] if len(local) > 1 else []
     intra_bw = _bottleneck(intra)
     net_bw = math.inf
-    lay = topo.layout
     if nodes > 1:
         nic = (lay.nic if lay is not None and lay.nic is not None else topo.node_link)
         if nic is None:

@@ -80,6 +80,37 @@ def engine_remedies(engines: Sequence[str] = ENGINES, remedies: Mapping[str, Map
     return out
 
 
+#: GPU counts of the scale-out question ("8P -> 16P -> 32P", and a whole 72-GPU rack).
+SCALE_GPUS = (8, 16, 32, 72)
+
+#: Fabrics of the scale-out question, all with B200s: 8-GPU NVLink nodes joined by InfiniBand, one
+#: 72-GPU NVLink domain, and each with its slower link doubled (what a faster NIC or NVLink buys).
+SCALE_FABRICS: Mapping[str, Mapping] = {
+    "NVL8 + IB (dgx-b200)": {"hardware.node": "dgx-b200"},
+    "NVL8 + 2x IB": {"hardware.node": {"base": "dgx-b200", "nic": {"base": "ib-400g", "bandwidth": "100 GB/s",
+                                                                   "nccl_bandwidth": "100 GB/s"}}},
+    "NVL72 (gb200-nvl72)": {"hardware.node": "gb200-nvl72"},
+    "NVL72, 2x NVLink": {"hardware.node": {"base": "gb200-nvl72",
+                                           "nvlink": {"base": "nvlink5", "bandwidth": "1800 GB/s",
+                                                      "nccl_bandwidth": "1443.6 GB/s"}}},
+}
+
+#: Llama-3-70B in BF16 spread over the GPUs as 8-way tensor parallel stages (pipeline parallel
+#: across the rest), closed loop, chat-sized requests, vLLM V1's host path.
+SCALE_LLM: Mapping = {"model": "llama-3-70b", "hardware.gpu": "b200", "serving.engine": "vllm-v1", "parallel.tp": 8,
+                      "record_spans": False,
+                      "workload.arrival": "closed", "workload.concurrency": 32, "workload.requests": 64,
+                      "workload.prompt_tokens": 512, "workload.output_tokens": 128}
+
+
+def llm_scale_out(gpus: Sequence[int] = SCALE_GPUS, fabrics: Mapping[str, Mapping] = SCALE_FABRICS,
+                  base: Mapping = SCALE_LLM, scenario=None, workers: int | None = None) -> pd.DataFrame:
+    """Llama-3-70B on ``gpus`` GPUs (TP 8 x PP gpus/8) of each fabric (``fabric``, ``gpus`` columns)."""
+    points = [({"fabric": name, "gpus": int(g)}, {**base, **over, "parallel.pp": int(g) // 8})
+              for name, over in fabrics.items() for g in gpus]
+    return run_labelled(scenario, points, workers)
+
+
 CPU_COSTS = ("detokenize_per_token", "output_per_request", "stream_per_chunk", "schedule_per_request",
              "schedule_per_step", "tokenize_per_token", "request_overhead")
 

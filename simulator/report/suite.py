@@ -35,14 +35,15 @@ class Scale:
 
     concurrency: tuple
     remedy_concurrency: int
+    scale_gpus: tuple
     dit_gpus: tuple
     dit_steps: int
     slices: tuple
     figures: bool
 
 
-FULL = Scale((1, 4, 16, 64, 256, 1024), 256, (1, 2, 4, 8), 20, (1, 2, 4, 8, 16, 32), True)
-QUICK = Scale((4, 64), 64, (1, 4), 4, (1, 8), False)
+FULL = Scale((1, 4, 16, 64, 256, 1024), 256, (8, 16, 32, 72), (1, 2, 4, 8), 20, (1, 2, 4, 8, 16, 32), True)
+QUICK = Scale((4, 64), 64, (8, 16), (1, 4), 4, (1, 8), False)
 
 
 def _sig(value) -> str:
@@ -83,6 +84,7 @@ def run_experiments(scale: Scale) -> dict:
     stages = {
         "engines": lambda: E.llm_concurrency(scale.concurrency, engines),
         "engine_remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.engine_remedies()),
+        "scale_out": lambda: E.llm_scale_out(scale.scale_gpus),
         "placements": lambda: E.llm_concurrency(scale.concurrency, placements),
         "remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu()),
         "dit": lambda: E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps}),
@@ -105,6 +107,9 @@ def summary_frame(data: dict) -> pd.DataFrame:
         _long(data["engines"], "engines_last_mile_vs_concurrency", ["setup", "concurrency"],
               llm + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
         _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm),
+        _long(data["scale_out"], "llm_scale_out", ["fabric", "gpus"],
+              ["status", "ttft_ms.mean", "tpot_ms.mean", "e2e_ms.p50", "throughput.output_tokens_per_s",
+               "last_mile_share", "itl_last_mile_share", "breakdown_share.comm"]),
         _long(data["placements"], "last_mile_vs_concurrency", ["setup", "concurrency"], llm),
         _long(data["remedies"], "remedies", ["setup", "concurrency"],
               llm + [f"breakdown_share.{c}" for c in plots.categories_in(data["remedies"].columns)]),
@@ -153,6 +158,25 @@ def _engine_remedies_figure(data: dict, out: Path, scale: Scale) -> dict:
         f"Mean per-request latency split into categories (last mile hatched) at concurrency {c}, for each engine "
         "profile as shipped and with each remedy it lacks (async scheduling, four API-server processes, a stream "
         "interval of 8, a separate detokenizer). Mean TPOT: " + "; ".join(lines) + ".")}
+
+
+def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
+    """Llama-3-70B as the GPU count grows, per fabric: TPOT and the share of latency in communication."""
+    so = data["scale_out"]
+    fig, axes = plots._figure(13.0, 4.5, ncols=2)
+    plots.lines(so, "gpus", "tpot_ms.mean", "fabric", "Llama-3-70B, TP 8 x PP gpus/8: mean TPOT", "GPUs",
+                "mean TPOT (ms)", logx=True, ax=axes[0])
+    plots.lines(so, "gpus", "breakdown_share.comm", "fabric", "share of E2E in communication", "GPUs",
+                "communication share of E2E (%)", logx=True, percent=True, ax=axes[1])
+    plots.save(fig, out / "llm_scale_out.png")
+    top = so[so["gpus"] == so["gpus"].max()].set_index("fabric")
+    parts = [f"{name} {top.loc[name, 'tpot_ms.mean']:.1f} ms ({100 * top.loc[name, 'breakdown_share.comm']:.1f}% "
+             f"in communication, last mile {100 * top.loc[name, 'last_mile_share']:.2f}%)" for name in top.index]
+    return {"llm_scale_out.png": (
+        f"Llama-3-70B (BF16, vLLM V1's host path, closed loop of 32) on 8 to {int(so['gpus'].max())} B200s as 8-way "
+        "tensor-parallel stages, pipeline-parallel across the rest, on 8-GPU NVLink nodes joined by 400 Gb/s "
+        "InfiniBand per GPU and on one 72-GPU NVLink domain, each also with its slower link doubled. At "
+        f"{int(so['gpus'].max())} GPUs, mean TPOT: " + "; ".join(parts) + ".")}
 
 
 def _last_mile_figure(data: dict, out: Path, scale: Scale) -> dict:
@@ -273,7 +297,7 @@ def _token_pipeline_figure(data: dict, out: Path, scale: Scale) -> dict:
 
 
 FIGURES = (_engines_figure, _engine_remedies_figure, _last_mile_figure, _remedies_figure, _llm_run_figures,
-           _dit_figure, _pipefusion_figure, _token_pipeline_figure)
+           _scale_out_figure, _dit_figure, _pipefusion_figure, _token_pipeline_figure)
 """Each draws its figure(s) into the report folder and returns the sentence under each."""
 
 
