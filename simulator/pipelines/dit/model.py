@@ -46,6 +46,7 @@ class DiTModel:
     stages: list
     link: LinkParams        # the link a stage group's collectives cross (NVLink, else PCIe)
     _tasks: dict = field(default_factory=dict)
+    _groups: dict = field(default_factory=dict)  # GPU count -> NCCL group, on a node type
 
     @classmethod
     def build(cls, sc: DiTScenario) -> "DiTModel":
@@ -58,6 +59,26 @@ class DiTModel:
         cost = DiTCost.from_kernels(gpu, arch.head_dim, sc.kernels, eager=not hw.cuda_graphs)
         return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width),
                    layer_split(arch.num_layers, lay.pp), link)
+
+    def _nccl_groups(self):
+        """GPU count -> NCCL's view of the first n GPUs on the node type's topology (None without
+        ``hardware.node``: the flat closed forms)."""
+        hw = self.sc.hardware
+        if hw.node is None:
+            return None
+        cache = self._groups
+
+        def groups(n: int):
+            if n not in cache:
+                import simpy
+
+                from ...hardware import nccl
+                from ...hardware.topology import Topology
+
+                topo = Topology.from_hardware(simpy.Environment(), hw, max(n, self.lay.n_gpus))
+                cache[n] = nccl.group(topo, range(n), hw.gpu.arch)
+            return cache[n]
+        return groups
 
     @property
     def batch(self) -> int:
@@ -84,7 +105,8 @@ class DiTModel:
         ops = W.stage_ops(arch, l0, l1, q, self.tokens, self.batch, self.sc.dtype, lay.tensor,
                           cross_tp=cross_tp)
         return StageContext(arch, range(l0, l1), q, self.tokens, self.batch, self.act_bytes, lay,
-                            Link(self.link.bandwidth, self.link.latency, self.link.collective_bandwidth),
+                            Link(self.link.bandwidth, self.link.latency, self.link.collective_bandwidth,
+                                 self._nccl_groups()),
                             self.cost, tuple(ops), cross_tp, sync)
 
     def _task(self, stage: int, q_total: int, sync: bool) -> TaskCost:

@@ -9,18 +9,46 @@ GPU (:class:`MemoryShare`). Nothing outside the strategy's own module branches o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
+from ....hardware import collectives as C
 from ....hardware.ops import Op
 
 
 @dataclass(frozen=True)
 class Link:
-    """The link the lockstep group's collectives run over (closed forms of hardware.collectives)."""
+    """The link the lockstep group's collectives run over: the closed forms of hardware.collectives,
+    or, on a catalog node type (``nccl``: GPU count -> the first n GPUs' NCCL group on its topology),
+    the plan NCCL's tuning model picks (hardware.nccl) — torch.distributed runs xDiT's collectives
+    through NCCL."""
 
     bandwidth: float
     latency: float
     allreduce_bandwidth: float
+    nccl: Callable | None = None
+
+    def _nccl(self, collective: str, nbytes: float, n: int) -> float:
+        from ....hardware.nccl import best
+
+        return best(self.nccl(n), collective, nbytes).time
+
+    def allgather_time(self, nbytes: float, n: int) -> float:
+        """All-gather to an ``nbytes`` result over ``n`` GPUs."""
+        if self.nccl is not None and n > 1:
+            return self._nccl("all_gather", nbytes, n)
+        return C.allgather_time(nbytes, n, self.bandwidth, self.latency)
+
+    def alltoall_time(self, nbytes: float, n: int) -> float:
+        """All-to-all of ``nbytes`` per GPU over ``n`` GPUs."""
+        if self.nccl is not None and n > 1:
+            return self._nccl("alltoall", nbytes, n)
+        return C.alltoall_time(nbytes, n, self.bandwidth, self.latency)
+
+    def allreduce_time(self, nbytes: float, n: int) -> float:
+        """All-reduce of ``nbytes`` on each of ``n`` GPUs."""
+        if self.nccl is not None and n > 1:
+            return self._nccl("all_reduce", nbytes, n)
+        return C.ring_allreduce_time(nbytes, n, self.allreduce_bandwidth, self.latency)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ xDiT legacy ``torch.cat``s the stale buffers into one K/V per layer before atten
 
 from __future__ import annotations
 
-from ....hardware.collectives import allgather_time
 from ....hardware.ops import Op
 from ...dit_cost import eager_ops
 from .base import MemoryContext, Strategy, StageContext, StageWork
@@ -35,7 +34,7 @@ class DistriFusion(Strategy):
     def add_overlapped(self, ctx: StageContext, work: StageWork, compute: float) -> None:
         n, link = self.degree, ctx.link
         nb = ctx.n_layers * self._kv_layer_bytes(ctx.batch, ctx.tokens, ctx.arch.inner, ctx.act_bytes)
-        t_ag = allgather_time(nb, n, link.bandwidth, link.latency)
+        t_ag = link.allgather_time(nb, n)
         work.comm += t_ag if ctx.sync else max(0.0, t_ag - compute)
         work.comm_bytes += (n - 1) / n * nb
 

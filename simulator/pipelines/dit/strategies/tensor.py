@@ -9,7 +9,6 @@ every rank.
 
 from __future__ import annotations
 
-from ....hardware.collectives import ring_allreduce_time
 from ...dit_cost import eager_ops, unfused
 from .base import MemoryContext, Strategy, StageContext, StageWork
 
@@ -41,7 +40,7 @@ class TensorParallel(Strategy):
         legacy = sum(self.split_modules(k) for k in kinds if k in _LEGACY_BLOCKS)
         work.eltwise_passes += legacy * unfused("tp_bias_passes_per_split_module")
         nb = ctx.batch * ctx.q * ctx.arch.hidden * ctx.act_bytes
-        work.comm += n_ar * ring_allreduce_time(nb, t, link.allreduce_bandwidth, link.latency)
+        work.comm += n_ar * link.allreduce_time(nb, t)
         work.comm_bytes += n_ar * 2 * (t - 1) / t * nb
         work.cpu_ops += (n_ar * eager_ops("ops_per_collective")
                          + legacy * unfused("tp_ops_per_split_module"))

@@ -8,7 +8,6 @@ runs, adds its FP32 ring path once per layer even at ring degree 1.
 
 from __future__ import annotations
 
-from ....hardware.collectives import alltoall_time
 from ...dit_cost import eager_ops
 from .base import MemoryContext, Strategy, StageContext, StageWork
 
@@ -31,7 +30,7 @@ class Ulysses(Strategy):
         u, n, link = self.degree, ctx.n_layers, ctx.link
         nb = ctx.batch * ctx.q * (ctx.arch.inner // ctx.layout.tensor) * ctx.act_bytes
         calls = n * ALLTOALLS_PER_LAYER
-        work.comm += calls * alltoall_time(nb, u, link.bandwidth, link.latency)
+        work.comm += calls * link.alltoall_time(nb, u)
         work.comm_bytes += calls * nb * (u - 1) / u
         work.cpu_ops += calls * eager_ops("ops_per_collective")
         work.dispatch_only += calls * eager_ops("dispatch_only_per_collective")
