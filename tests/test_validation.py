@@ -36,6 +36,9 @@ TOLERANCE = {
     ("dit_pixart_strategies", "latency_s"): (25, 55),
     ("dit_pipefusion_patches", "latency_s"): (15, 31),
     ("dit_scaling_a100", "latency_s"): (30, 75),  # out of sample (not in ../shared/reference)
+    # xDiT's 8xL20 plot (issue 14, out of sample): the 4096 DistriFusion OOM is not reproduced (the
+    # simulator fits it in 48 GB), so its max is infinite; the median is asserted
+    ("dit_xdit_l20_strategies", "latency_s"): (16, math.inf),
     # A live vLLM under load (issue 11): what it meets after the issue's step work; the 20 req/s
     # stages still saturate in the simulator (TTFT of seconds), see the family's notes.
     ("vllm_serving_h100", "ttft_ms"): (34, 30_000),
