@@ -320,7 +320,7 @@ class Engine:
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
-        if not self.sv.outputs_cross_to_api:
+        if not self.sv.outputs_cross_to_api or not (self.cpu.ipc_per_message or self.cpu.ipc_per_byte):
             return at
         cost = self.sink.message_cost(emit)
         if cost <= 0:

@@ -123,7 +123,7 @@ class Frontend:
 
     def _receive(self, counts) -> dict:
         """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
-        if self.sv.shared:
+        if self.sv.shared or not (self.cpu.ipc_per_message or self.cpu.ipc_per_byte):
             return {}
         return {j: cost for j, n in enumerate(counts) if n and (cost := message_cost(self.cpu, int(n))) > 0}
 
@@ -139,8 +139,14 @@ class Frontend:
         Returns each chunk's end time and, per server, when its first task started and when its
         stream task started.
         """
-        lead = lead or {}
         starts = {}
+        if not lead and len(self.servers) == 1:  # the common case: one server, nothing before the chunks
+            if not len(sent_ids):
+                return np.empty(0), starts
+            s, _ = self.servers[0].submit(now, len(sent_ids) * per_chunk, "stream")
+            starts[0] = (s, s)
+            return s + per_chunk * np.arange(1, len(sent_ids) + 1), starts
+        lead = lead or {}
         if len(self.servers) == 1:
             api, masks = None, {0: None}
         else:
@@ -170,7 +176,8 @@ class Frontend:
         """Detokenized tokens (ready at ``e``) reach the API servers now: each receives its part
         of the step's outputs and serializes one SSE chunk per sending request."""
         sent_ids = emit if send is None else emit[send]
-        lead = {j: [("receive outputs", c)] for j, c in self._receive(self._counts(emit)).items()}
+        receive = self._receive(self._counts(emit)) if self.cpu.ipc_per_message or self.cpu.ipc_per_byte else {}
+        lead = {j: [("receive outputs", c)] for j, c in receive.items()}
         serialized, _ = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         self._deliver(step, emit, send, prefill_flag, done, e, serialized)
 
