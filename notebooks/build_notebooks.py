@@ -271,8 +271,28 @@ E.jitter_table(near)"""),
 fig = plots.breakdown_bars(near, "setup", "Llama-3-8B on 1x H100, concurrency 256, 10x slower detok: where the time goes",
                            absolute=True)
 display(Image(plots.to_png(fig)))"""),
+    new_markdown_cell("""\
+## Wider still: 8 -> 16 -> 32 GPUs on NVLink nodes joined by InfiniBand, or one NVL72 rack
+
+Node types (`hardware.node`) wire B200s as eight-GPU NVLink boxes with a 400 Gb/s NIC per GPU
+(`dgx-b200`) or as one 72-GPU NVLink domain (`gb200-nvl72`); each fabric also runs with its slower
+link doubled. Llama-3-70B runs 8-way tensor parallel with pipeline stages across the rest; FLUX.1-dev
+runs ring attention over every GPU."""),
+    new_code_cell("""\
+llm_scale = E.llm_scale_out(gpus=(8, 16, 32))
+dit_scale = E.dit_scale_out(gpus=(8, 16, 32), steps=4)
+fig = plots.lines(dit_scale, "gpus", "latency_s.p50", "fabric", "FLUX.1-dev 1536x1536, 4 steps, ring attention",
+                  "GPUs", "latency (s)", logx=True)
+display(Image(plots.to_png(fig)))
+dit_scale[["fabric", "gpus", "latency_s.p50", "breakdown_share.comm", "last_mile_share"]]"""),
     new_markdown_cell("## Answer"),
     new_code_cell("""\
+for name, g in dit_scale.groupby("fabric", sort=False):
+    g = g.set_index("gpus")
+    lo, hi = g.index.min(), g.index.max()
+    print(f"Wider — FLUX.1-dev ring on {name}: {g.loc[lo, 'latency_s.p50']:.2f} s at {lo} GPUs, "
+          f"{g.loc[hi, 'latency_s.p50']:.2f} s at {hi} ({100 * g.loc[hi, 'breakdown_share.comm']:.0f}% communication); "
+          f"Llama-3-70B mean TPOT {llm_scale[(llm_scale.fabric == name) & (llm_scale.gpus == hi)]['tpot_ms.mean'].iloc[0]:.1f} ms at {hi}.")
 w = wide[wide["status"] == "ok"].set_index(["link", "strategy", "gpus"])["latency_s.p50"]
 nv, pc = list(E.DIT_LINKS)
 print(f"Wider: Ulysses at 8 GPUs takes {w[(nv, 'ulysses', 8)]:.2f} s on NVLink and {w[(pc, 'ulysses', 8)]:.2f} s on PCIe "

@@ -94,6 +94,7 @@ class Group:
     pair_bw: float  # bottleneck of an all-to-all: each GPU to every other at once
     pair_hw: str
     arch: str
+    nic_bw: float = math.inf  # one NIC: what a single flow between nodes gets
 
 
 def _bottleneck(routes) -> float:
@@ -123,20 +124,20 @@ def group(topo, gpus, arch: str = "other") -> Group:
     local = next(iter(by_node.values()))
     intra = [topo.hops(local[i], local[(i + 1) % len(local)])[0] for i in range(len(local))] if len(local) > 1 else []
     intra_bw = _bottleneck(intra)
-    net_bw = math.inf
+    net_bw = nic_bw = math.inf
     if nodes > 1:
         nic = (lay.nic if lay is not None and lay.nic is not None else topo.node_link)
         if nic is None:
             raise ValueError("a group across nodes needs the node's NIC (hardware.node or node_link)")
         rails = len({lay.nic_of(g % lay.gpus) for g in local}) if lay is not None and lay.nics else 1
-        net_bw = rails * nic.nccl
+        net_bw, nic_bw = rails * nic.nccl, nic.nccl
     nvls = 0.0
     same_domain = lay is not None and len({g // lay.nvlink_domain for g in gpus}) == 1
     if lay is not None and lay.nvls and nodes == 1 and n > 2 and same_domain and topo.gpu_link is not None:
         nvls = topo.gpu_link.nccl * NVLS_EFFICIENCY.get(arch, 0.0)
     pairs = [topo.hops(s, d)[0] for s in gpus for d in gpus if s != d]
     return Group(n, nodes, intra_bw, net_bw, _hw(intra) if intra else "pci", nvls, _bottleneck(pairs),
-                 "net" if nodes > 1 else _hw(pairs), arch)
+                 "net" if nodes > 1 else _hw(pairs), arch, nic_bw)
 
 
 def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
@@ -152,8 +153,9 @@ def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
         hw = grp.pair_hw if collective == "alltoall" else ("net" if grp.nodes > 1 else grp.intra_hw)
         latency = (BASE_LATENCY_US["ring"]["Simple"] + HW_LATENCY_US[hw]["ring"]["Simple"]) * 1e-6
         # all-to-all: each GPU sends (n-1)/n of its buffer, to every other GPU at once;
-        # send/receive (nccl-tests sendrecv): each GPU sends its buffer to the next, all at once
-        algbw = grp.pair_bw / factor if collective == "alltoall" else min(grp.intra_bw, grp.net_bw)
+        # send/receive (nccl-tests sendrecv): each GPU sends its buffer to the next, all at once,
+        # the pair that crosses to the next node through one NIC
+        algbw = grp.pair_bw / factor if collective == "alltoall" else min(grp.intra_bw, grp.nic_bw)
         time = latency + nbytes / algbw
         return [Plan("p2p", "Simple", latency, algbw, time, nbytes / time * factor)]
     steps, net_steps = STEPS[collective](n), NET_STEPS[collective](grp.nodes)

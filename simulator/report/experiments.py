@@ -111,6 +111,21 @@ def llm_scale_out(gpus: Sequence[int] = SCALE_GPUS, fabrics: Mapping[str, Mappin
     return run_labelled(scenario, points, workers)
 
 
+#: FLUX.1-dev at 1536x1536 (9,216 image tokens, which 8, 16, 32 and 72 GPUs split evenly) with ring
+#: attention over every GPU: the sequence-parallel layout that scales furthest.
+SCALE_DIT: Mapping = {"hardware.gpu": "b200", "resolution": 1536, "workload.requests": 1, "record_spans": False,
+                      "delivery.format": "jpeg"}
+
+
+def dit_scale_out(gpus: Sequence[int] = SCALE_GPUS, fabrics: Mapping[str, Mapping] = SCALE_FABRICS,
+                  base: Mapping = SCALE_DIT, steps: int = 28, workers: int | None = None) -> pd.DataFrame:
+    """FLUX.1-dev with ring attention over ``gpus`` GPUs of each fabric (``fabric``, ``gpus`` columns)."""
+    scenario = scenarios_dir() / "dit" / "flux-1024-h100-single.yaml"
+    points = [({"fabric": name, "gpus": int(g)}, {**base, **over, "steps": steps, "parallel.ring": int(g)})
+              for name, over in fabrics.items() for g in gpus]
+    return run_labelled(scenario, points, workers)
+
+
 CPU_COSTS = ("detokenize_per_token", "output_per_request", "stream_per_chunk", "schedule_per_request",
              "schedule_per_step", "tokenize_per_token", "request_overhead")
 

@@ -85,6 +85,7 @@ def run_experiments(scale: Scale) -> dict:
         "engines": lambda: E.llm_concurrency(scale.concurrency, engines),
         "engine_remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.engine_remedies()),
         "scale_out": lambda: E.llm_scale_out(scale.scale_gpus),
+        "dit_scale_out": lambda: E.dit_scale_out(scale.scale_gpus, steps=scale.dit_steps),
         "placements": lambda: E.llm_concurrency(scale.concurrency, placements),
         "remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.REMEDIES, base=slow_cpu()),
         "dit": lambda: E.dit_strategies(gpu_counts=scale.dit_gpus, base={"steps": scale.dit_steps}),
@@ -107,6 +108,8 @@ def summary_frame(data: dict) -> pd.DataFrame:
         _long(data["engines"], "engines_last_mile_vs_concurrency", ["setup", "concurrency"],
               llm + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
         _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm),
+        _long(data["dit_scale_out"], "dit_scale_out", ["fabric", "gpus"],
+              ["status", "latency_s.p50", "last_mile_share", "breakdown_share.comm", "breakdown_share.denoise"]),
         _long(data["scale_out"], "llm_scale_out", ["fabric", "gpus"],
               ["status", "ttft_ms.mean", "tpot_ms.mean", "e2e_ms.p50", "throughput.output_tokens_per_s",
                "last_mile_share", "itl_last_mile_share", "breakdown_share.comm"]),
@@ -172,11 +175,33 @@ def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
     top = so[so["gpus"] == so["gpus"].max()].set_index("fabric")
     parts = [f"{name} {top.loc[name, 'tpot_ms.mean']:.1f} ms ({100 * top.loc[name, 'breakdown_share.comm']:.1f}% "
              f"in communication, last mile {100 * top.loc[name, 'last_mile_share']:.2f}%)" for name in top.index]
-    return {"llm_scale_out.png": (
+    text = {"llm_scale_out.png": (
         f"Llama-3-70B (BF16, vLLM V1's host path, closed loop of 32) on 8 to {int(so['gpus'].max())} B200s as 8-way "
         "tensor-parallel stages, pipeline-parallel across the rest, on 8-GPU NVLink nodes joined by 400 Gb/s "
         "InfiniBand per GPU and on one 72-GPU NVLink domain, each also with its slower link doubled. At "
         f"{int(so['gpus'].max())} GPUs, mean TPOT: " + "; ".join(parts) + ".")}
+    dit = data["dit_scale_out"]
+    fig, axes = plots._figure(13.0, 4.5, ncols=2)
+    plots.lines(dit, "gpus", "latency_s.p50", "fabric", f"FLUX.1-dev 1536², {scale.dit_steps} steps, ring: latency",
+                "GPUs", "latency (s)", logx=True, ax=axes[0])
+    plots.lines(dit, "gpus", "last_mile_share", "fabric", "last-mile share of image latency", "GPUs",
+                "last mile (VAE copy, JPEG encode, delivery) %", logx=True, percent=True, ax=axes[1])
+    plots.save(fig, out / "dit_scale_out.png")
+    top = dit[dit["gpus"] == dit["gpus"].max()].set_index("fabric")
+    eight = dit[dit["gpus"] == dit["gpus"].min()].set_index("fabric")
+    rack = next(name for name in top.index if name.startswith("NVL72"))
+    rack_lo, rack_hi = eight.loc[rack, "last_mile_share"], top.loc[rack, "last_mile_share"]
+    parts = [f"{name} {top.loc[name, 'latency_s.p50']:.2f} s ({100 * top.loc[name, 'breakdown_share.comm']:.0f}% "
+             f"communication, last mile {100 * top.loc[name, 'last_mile_share']:.1f}%)" for name in top.index]
+    text["dit_scale_out.png"] = (
+        f"FLUX.1-dev at 1536x1536 with ring attention over every GPU, the same fabrics. On "
+        f"{int(dit['gpus'].min())} GPUs the fabrics take {eight['latency_s.p50'].min():.2f}-"
+        f"{eight['latency_s.p50'].max():.2f} s; at "
+        f"{int(dit['gpus'].max())}: " + "; ".join(parts) + ". Where a ring crosses nodes each pass waits on one "
+        "NIC, so NVL8 + InfiniBand gets slower past 8 GPUs while the rack keeps the ring on NVLink. The last mile's "
+        f"share {'falls' if rack_hi < rack_lo else 'rises'} on the rack from {100 * rack_lo:.1f}% at "
+        f"{int(dit['gpus'].min())} GPUs to {100 * rack_hi:.1f}% at {int(dit['gpus'].max())}.")
+    return text
 
 
 def _last_mile_figure(data: dict, out: Path, scale: Scale) -> dict:

@@ -44,6 +44,13 @@ class Link:
             return self._nccl("alltoall", nbytes, n)
         return C.alltoall_time(nbytes, n, self.bandwidth, self.latency)
 
+    def ring_pass_time(self, nbytes: float, n: int) -> float:
+        """One pass of a ring over ``n`` GPUs: each sends ``nbytes`` to the next, all at once (the
+        slowest hop sets it: a hop between nodes where the ring crosses them)."""
+        if self.nccl is not None and n > 1:
+            return self._nccl("sendrecv", nbytes, n)
+        return C.p2p_time(nbytes, self.bandwidth, self.latency)
+
     def allreduce_time(self, nbytes: float, n: int) -> float:
         """All-reduce of ``nbytes`` on each of ``n`` GPUs."""
         if self.nccl is not None and n > 1:

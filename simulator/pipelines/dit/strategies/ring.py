@@ -7,7 +7,6 @@ pass yunchang's ``_update_out_and_lse`` merges the partial output in FP32.
 
 from __future__ import annotations
 
-from ....hardware.collectives import p2p_time
 from ....hardware.ops import Op
 from ...dit_cost import eager_ops
 from .base import MemoryContext, Strategy, StageContext, StageWork
@@ -33,7 +32,7 @@ class Ring(Strategy):
         attn_layer = ctx.cost.gpu_time(attn) / max(n, 1)
         inner = ctx.arch.inner // ctx.layout.tensor
         chunk = 2 * ctx.batch * ctx.q * inner // ctx.layout.ulysses * ctx.act_bytes  # one K/V chunk
-        hidden = max(0.0, p2p_time(chunk, link.bandwidth, link.latency) - attn_layer / r)
+        hidden = max(0.0, link.ring_pass_time(chunk, r) - attn_layer / r)
         work.comm += n * (r - 1) * hidden
         work.comm_bytes += n * (r - 1) * chunk
         elems = ctx.batch * ctx.q * inner // ctx.layout.ulysses
