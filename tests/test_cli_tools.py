@@ -115,10 +115,13 @@ def test_catalog_models_show_parameter_counts(capsys):
     assert "8.0 B" in line and "32/8" in line
 
 
-def test_catalog_nodes_says_there_are_none(capsys):
+def test_catalog_lists_node_types_and_engine_profiles(capsys):
     assert main(["catalog", "nodes"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("The catalog has no node entries") and "nvlink4" in out
+    assert "pcie-8xl40s" in out and "gb200-nvl72" in out and "8x ib-400g" in out
+    assert main(["catalog", "engines"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm-0.5" in out and "async_output" in out
 
 
 def test_catalog_without_a_section_lists_them_all(capsys):

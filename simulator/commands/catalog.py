@@ -9,9 +9,9 @@ from __future__ import annotations
 from ..config import catalog
 from ..units import parse
 
-HELP = "list what a scenario can name: gpus, links, models (LLMs), dits, cpus, nodes, with key figures"
+HELP = "list what a scenario can name: gpus, links, models (LLMs), dits, cpus, engines, nodes, with key figures"
 
-SECTIONS = ("gpus", "links", "models", "dits", "cpus", "nodes")
+SECTIONS = ("gpus", "links", "models", "dits", "cpus", "engines", "nodes")
 
 
 def _q(value, dimension: str) -> float:
@@ -105,13 +105,26 @@ def cpus() -> str:
     return _table(["profile", "cost", "value"], rows) + "\n\nMeasure your own with `lastmile measure-cpu`."
 
 
+def engines() -> str:
+    """Each engine profile: its release, CPU costs and the serving settings it defaults to."""
+    rows = []
+    for name in catalog.names("engines"):
+        e = catalog.entry("engines", name)
+        sv = e.get("serving") or {}
+        rows.append([name, e.get("cpu", "reference"), sv.get("overlap", "sync"), sv.get("detokenizer", "engine"),
+                     sv.get("api_server_process", "own"), str(e.get("version", ""))[:48]])
+    return _table(["engine", "cpu", "overlap", "detokenizer", "api server", "version"], rows)
+
+
 def nodes() -> str:
-    """The catalog has no node entries: say so, and list the GPU -> default links pairing instead."""
-    rows = [[name, catalog.entry("gpus", name).get("gpu_link") or "none (peer traffic over the host link)",
-             catalog.entry("gpus", name).get("host_link", "")] for name in catalog.names("gpus")]
-    return ("The catalog has no node entries; a node is hardware.gpus_per_node GPUs (default 8) of one type "
-            "with the links below (set hardware.node_link, e.g. ib-400g, to span nodes).\n\n"
-            + _table(["gpu", "gpu_link", "host_link"], rows))
+    """Each node type: its GPUs, NVLink domain, PCIe switches and sockets, peer-to-peer rule and NICs."""
+    rows = []
+    for name in catalog.names("nodes"):
+        e = catalog.entry("nodes", name)
+        rows.append([name, f"{e['gpus']}x {e['gpu']}", e.get("nvlink") or "none", str(e.get("nvlink_domain", "")),
+                     str(e.get("gpus_per_switch", 0) or "root ports"), str(e.get("sockets", 1)),
+                     e.get("p2p", "switch"), f"{e.get('nics', 0)}x {e.get('nic') or '-'}"])
+    return _table(["node", "gpus", "nvlink", "domain", "gpus/switch", "sockets", "p2p", "nics"], rows)
 
 
 def add_arguments(p) -> None:
@@ -119,13 +132,14 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    sections = [args.section] if args.section else [s for s in SECTIONS if s != "nodes"]
+    sections = [args.section] if args.section else list(SECTIONS)
     parts = []
     for s in sections:
         title = f"{s} (hardware.gpu)" if s == "gpus" else {
             "links": "links (hardware.gpu_link, host_link, node_link, client_link)",
             "models": "models (model, kind llm)", "dits": "dits (model, kind dit)",
-            "cpus": "cpus (hardware.cpu)", "nodes": "nodes"}[s]
+            "cpus": "cpus (hardware.cpu)", "engines": "engines (serving.engine)",
+            "nodes": "nodes (hardware.node)"}[s]
         parts.append(f"{title}\n\n{globals()[s]()}" if not args.section else globals()[s]())
     print("\n\n".join(parts))
     return 0
