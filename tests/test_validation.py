@@ -52,12 +52,12 @@ TOLERANCE = {
     ("nccl_collectives", "busbw_gbps"): (10, 325),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
-    ("last_mile_engines", "gpu_share"): (82, 82),
-    ("last_mile_engines", "host_share"): (51, 51),
-    ("last_mile_engines", "api_server_share"): (50, 50),
-    ("last_mile_engines", "throughput_ratio"): (30, 55),
-    ("last_mile_engines", "step_gap_ms"): (46, 100),
-    ("last_mile_engines", "tpot_ms"): (52, 59),
+    ("last_mile_engines", "gpu_share"): (55, 55),
+    ("last_mile_engines", "host_share"): (8, 8),
+    ("last_mile_engines", "api_server_share"): (57, 57),
+    ("last_mile_engines", "throughput_ratio"): (30, 51),
+    ("last_mile_engines", "step_gap_ms"): (35, 100),
+    ("last_mile_engines", "tpot_ms"): (46, 53),
 }
 
 
