@@ -64,6 +64,8 @@ def test_partial_cpu_mapping_builds_on_the_engine_costs():
 def test_unknown_engine_is_one_line_with_a_suggestion():
     with pytest.raises(ConfigError, match=r"serving\.engine.*unknown engine 'vllm-v2'.*did you mean 'vllm-v1'"):
         load_scenario(scenario("vllm-v2"))
+    with pytest.raises(ConfigError, match=r"serving\.engine\.cpu: unknown cpus entry 'vllm-v2'.*did you mean"):
+        load_scenario(scenario({"base": "vllm-v1", "cpu": "vllm-v2"}))
 
 
 def test_api_servers_must_match_replicas_when_they_live_in_the_engines():

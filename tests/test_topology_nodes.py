@@ -111,3 +111,10 @@ def test_tensor_parallel_all_reduce_on_a_node_type_is_the_plan_nccl_picks():
     for tokens in (1, 64, 4096):
         plan = nccl.best(grp, "all_reduce", cost.activation_bytes(tokens))
         assert cost.allreduce_parts(tokens) == (plan.latency, cost.activation_bytes(tokens) / plan.algbw)
+
+
+def test_a_node_mapping_without_a_base_is_one_line():
+    with pytest.raises(ConfigError, match=r"hardware\.node: a node mapping builds on a node type: add base"):
+        load_scenario({"model": "llama-3-8b", "hardware": {"node": {"gpus": 4}}})
+    sc = load_scenario({"model": "llama-3-8b", "hardware": {"node": {"base": "hgx-h100", "gpus_per_switch": 4}}})
+    assert sc.hardware.node.gpus_per_switch == 4 and sc.hardware.node.gpu == "h100-sxm"

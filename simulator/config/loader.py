@@ -155,6 +155,9 @@ def resolve_engine(raw: dict, resolver: _Resolver) -> dict | None:
         if not isinstance(value, kind):
             raise ConfigError(f"expected {'a mapping' if kind is dict else 'a cpus catalog name'}, got "
                               f"{_SHORT.repr(value)}", path=f"serving.engine.{key}")
+    if catalog.entry("cpus", cpu) is None and not cpu.endswith((".yaml", ".yml")):
+        raise ConfigError(f"unknown cpus entry {cpu!r}{_suggest(cpu, catalog.names('cpus'))}; known: "
+                          f"{', '.join(catalog.names('cpus'))}", path="serving.engine.cpu")
     for key, value in defaults.items():
         sv.setdefault(key, value)
     sv["engine"] = engine
@@ -199,6 +202,9 @@ def _resolve_node(hw: dict, resolver: _Resolver) -> None:
     """Resolve ``hardware.node`` and lay its GPU, node size and links under the keys the scenario
     does not set; a GPU or node size that contradicts the node is an error."""
     node = resolver.ref(hw["node"], "nodes", "hardware.node")
+    if not isinstance(node.get("gpu"), str):
+        raise ConfigError(f"a node mapping builds on a node type: add base: <node type> (known: "
+                          f"{', '.join(catalog.names('nodes'))})", path="hardware.node")
     for key in NODE_LINKS:
         if isinstance(node.get(key), (str, dict)):
             node[key] = resolver.ref(node[key], "links", f"hardware.node.{key}")
