@@ -118,3 +118,16 @@ def test_a_node_mapping_without_a_base_is_one_line():
         load_scenario({"model": "llama-3-8b", "hardware": {"node": {"gpus": 4}}})
     sc = load_scenario({"model": "llama-3-8b", "hardware": {"node": {"base": "hgx-h100", "gpus_per_switch": 4}}})
     assert sc.hardware.node.gpus_per_switch == 4 and sc.hardware.node.gpu == "h100-sxm"
+
+
+def test_dit_collectives_cross_the_shared_fabric_on_a_node_type():
+    """On a node type a stage group's collectives are Fabric flows on the ports its ring keeps busy (so
+    they contend with other traffic there); on the flat model they stay closed forms inside the task."""
+    raw = {"kind": "dit", "model": "pixart-alpha", "resolution": 1024, "steps": 4, "cfg": True,
+           "delivery": {"vae": False, "format": "latent"}, "parallel": {"ulysses": 8},
+           "workload": {"requests": 1, "arrival": "closed", "concurrency": 1}}
+    node = simulator.run({**raw, "hardware": {"node": "dgx-a100"}})
+    flat = simulator.run({**raw, "hardware": {"gpu": "a100-sxm-80g"}})
+    moved = node.spans[node.spans.track.str.startswith("link:") & node.spans.name.str.endswith("collectives")]
+    assert len(moved) > 0 and set(moved.track) >= {"link:gpu0.nvlink.tx", "link:gpu1.nvlink.rx"}
+    assert not flat.spans.name.str.endswith("collectives").any()

@@ -54,6 +54,7 @@ class DiTSim:
         lay = model.lay
 
         self.topo = Topology.from_hardware(env, hw, lay.n_gpus, self.rec)
+        self._routes: dict = {}  # stage group -> (ports, idle rate) of its collectives, on a node type
         self.client = self.topo.client_port()
         self.cpu = CPUProcess("api_server", CorePool(hw.cpu_cores), self.rec)
         self.server = simpy.Resource(env, capacity=1)
@@ -96,6 +97,17 @@ class DiTSim:
         return d2h_bytes, enc, out_bytes
 
     # -- denoising --
+
+    def _collective_route(self, members: tuple):
+        """The ports a stage group's collectives keep busy and the rate their bytes move at on an idle
+        fabric, on a node type's topology (None on the flat model, whose collectives stay closed forms)."""
+        if self.topo.layout is None or len(members) < 2:
+            return None
+        hit = self._routes.get(members)
+        if hit is None:
+            ports, _ = self.topo.group_route(members)
+            hit = self._routes[members] = (ports, min(p.bandwidth for p in ports)) if ports else None
+        return hit
 
     def _slot(self, slots: dict, key) -> simpy.Event:
         ev = slots.get(key)
@@ -145,8 +157,15 @@ class DiTSim:
                 elif step > 0 and lay.pp > 1:
                     yield from self._wait(self._slot(slots, (branch, 0, step, p)), members, acc)
                 start = env.now
-                yield env.timeout(tc.compute + tc.comm)
                 name = f"r{rid} s{step} p{p}"
+                route = self._collective_route(tuple(members)) if tc.comm > 0 else None
+                if route is None:
+                    yield env.timeout(tc.compute + tc.comm)
+                else:  # on a node type the group's collectives cross the shared Fabric, and contend there
+                    ports, cap = route
+                    yield env.timeout(tc.compute)
+                    yield from self.topo.fabric.move(ports, tc.comm * cap, 0.0, f"{name} collectives",
+                                                     max_rate=cap)
                 for g in members:
                     acc.compute[g] += tc.compute
                     acc.comm[g] += tc.comm
