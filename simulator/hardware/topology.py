@@ -133,7 +133,6 @@ class Topology:
         self.client_link = as_link_params(client_link, "client_link")
         self.layout = node if isinstance(node, NodeLayout) or node is None else NodeLayout.from_spec(node)
         self.fabric = Fabric(env, recorder)
-        self._links: dict[str, LinkParams] = {}  # port name -> its link, for ports of the flat model
 
     @classmethod
     def from_hardware(cls, env: simpy.Environment, hardware, n_gpus: int,
@@ -166,9 +165,7 @@ class Topology:
             raise ValueError(f"GPU index {gpu!r} out of range 0..{self.n_gpus - 1}")
 
     def _port(self, owner: str, kind: str, direction: str, link: LinkParams) -> Port:
-        name = f"{owner}.{kind}.{direction}"
-        self._links[name] = link
-        return self.fabric.port(name, link.bandwidth)
+        return self.fabric.port(f"{owner}.{kind}.{direction}", link.bandwidth)
 
     def _host(self, gpu: int) -> LinkParams:
         self._check_gpu(gpu)
@@ -185,8 +182,7 @@ class Topology:
         """The (port name, link) pairs a ``src_gpu`` → ``dst_gpu`` copy crosses, and its latency (s)."""
         if self.layout is not None:
             return self._graph_hops(src_gpu, dst_gpu)
-        ports, latency = self._flat_path(src_gpu, dst_gpu)
-        return [(p.name, self._links[p.name]) for p in ports], latency
+        return self._flat_hops(src_gpu, dst_gpu)
 
     def _graph_hops(self, src: int, dst: int) -> tuple[list[tuple[str, LinkParams]], float]:
         """Routes on a node type's graph: NVLink inside an NVLink domain; else up the source GPU's
@@ -228,7 +224,7 @@ class Topology:
         hops.append((f"gpu{dst}.pcie.rx", pcie))
         return hops, latency if direct else latency + pcie.latency
 
-    def _flat_path(self, src_gpu: int, dst_gpu: int) -> tuple[list[Port], float]:
+    def _flat_hops(self, src_gpu: int, dst_gpu: int) -> tuple[list[tuple[str, LinkParams]], float]:
         """The flat model (no node type): NVLink or PCIe ports at the two GPUs, NICs between nodes."""
         src_node, dst_node = self.node_of(src_gpu), self.node_of(dst_gpu)
         if src_gpu == dst_gpu:
@@ -238,15 +234,12 @@ class Topology:
             if link is None:
                 raise ValueError(f"GPUs {src_gpu} and {dst_gpu} are on nodes {src_node} and "
                                  f"{dst_node} of {self.n_nodes}, but node_link is None")
-            return [self._port(f"node{src_node}", "nic", "tx", link),
-                    self._port(f"node{dst_node}", "nic", "rx", link)], link.latency
+            return [(f"node{src_node}.nic.tx", link), (f"node{dst_node}.nic.rx", link)], link.latency
         if self.gpu_link is not None:
             link = self.gpu_link
-            return [self._port(f"gpu{src_gpu}", "nvlink", "tx", link),
-                    self._port(f"gpu{dst_gpu}", "nvlink", "rx", link)], link.latency
+            return [(f"gpu{src_gpu}.nvlink.tx", link), (f"gpu{dst_gpu}.nvlink.rx", link)], link.latency
         link = self._host(src_gpu)
-        return [self._port(f"gpu{src_gpu}", "pcie", "tx", link),
-                self._port(f"gpu{dst_gpu}", "pcie", "rx", link)], link.latency
+        return [(f"gpu{src_gpu}.pcie.tx", link), (f"gpu{dst_gpu}.pcie.rx", link)], link.latency
 
     def group_route(self, gpus) -> tuple[list[Port], float]:
         """Ports a ring collective over ``gpus`` keeps busy, and its slowest hop's latency: each
