@@ -148,6 +148,11 @@ class CPUCosts(Strict):
     ipc_per_message: Seconds = 0.0
     ipc_per_byte: Seconds = 0.0
     ipc_bytes_per_request: Annotated[float, Field(ge=0, le=1e9)] = 0.0
+
+    @property
+    def has_ipc(self) -> bool:
+        """Whether a message between processes costs anything (else none is booked)."""
+        return bool(self.ipc_per_message or self.ipc_per_byte)
     source: str = ""
     sources: dict[str, str] = {}
     measured: Optional[dict] = None

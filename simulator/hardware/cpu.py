@@ -76,3 +76,9 @@ class CPUProcess:
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
+
+
+def book(proc: CPUProcess, at: float, seconds: float, label: str) -> float:
+    """``seconds`` of work on ``proc`` queued at ``at``; returns when it ends (``at`` itself, with no
+    task booked, when there is no work: a message that costs nothing leaves no span)."""
+    return proc.submit(at, seconds, label)[1] if seconds > 0 else at

@@ -39,7 +39,7 @@ class DecodeRuns:
         cpu = engine.cpu
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
-                and sv.api_server_process == "own" and cpu.ipc_per_message == 0 and cpu.ipc_per_byte == 0
+                and sv.api_server_process == "own" and not cpu.has_ipc
                 and sv.multi_step == 1)
 
     def run(self) -> float | None:

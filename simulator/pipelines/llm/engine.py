@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ...hardware.cpu import CPUProcess
+from ...hardware.cpu import CPUProcess, book
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.records import PREFILL_ONLY
@@ -140,9 +140,8 @@ class Engine:
     def enqueue(self, rid: int) -> None:
         """A tokenized request reaches this engine (as a message, where its API server is another process)."""
         if self.sv.outputs_cross_to_api:
-            cost = message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid]))
-            if cost > 0:
-                self.proc.submit(self.env.now, cost, "receive request")
+            book(self.proc, self.env.now, message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid])),
+                 "receive request")
         self.sched.waiting.append(rid)
         self.outstanding += 1
         if self._wake is not None and not self._wake.triggered:
@@ -320,12 +319,9 @@ class Engine:
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
-        if not self.sv.outputs_cross_to_api or not (self.cpu.ipc_per_message or self.cpu.ipc_per_byte):
+        if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc:
             return at
-        cost = self.sink.message_cost(emit)
-        if cost <= 0:
-            return at
-        return proc.submit(at, cost, "send outputs")[1]
+        return book(proc, at, self.sink.message_cost(emit), "send outputs")
 
     def finish_step(self, step: Step, wait: bool = True):
         """Output processing after the step's D2H: hand the tokens over to where they are

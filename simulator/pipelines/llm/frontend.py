@@ -116,14 +116,11 @@ class Frontend:
     def message_cost(self, emit) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server
         that holds some of ``emit`` (the receiving end costs as much, booked by :meth:`_receive`)."""
-        if len(self.servers) == 1:
-            return message_cost(self.cpu, len(emit))
-        counts = np.bincount(self.table.api[emit], minlength=len(self.servers))
-        return sum(message_cost(self.cpu, int(n)) for n in counts if n)
+        return sum(message_cost(self.cpu, n) for n in self._counts(emit) if n)
 
     def _receive(self, counts) -> dict:
         """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
-        if self.sv.shared or not (self.cpu.ipc_per_message or self.cpu.ipc_per_byte):
+        if self.sv.shared or not self.cpu.has_ipc:
             return {}
         return {j: cost for j, n in enumerate(counts) if n and (cost := message_cost(self.cpu, int(n))) > 0}
 
@@ -136,15 +133,14 @@ class Frontend:
         """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
         (label, seconds) tasks — there: receiving the outputs, detokenizing them.
 
-        Returns each chunk's end time and, per server, when its first task started and when its
-        stream task started.
+        Returns each chunk's end time and, per server, when its stream task started.
         """
         starts = {}
         if not lead and len(self.servers) == 1:  # the common case: one server, nothing before the chunks
             if not len(sent_ids):
                 return np.empty(0), starts
             s, _ = self.servers[0].submit(now, len(sent_ids) * per_chunk, "stream")
-            starts[0] = (s, s)
+            starts[0] = s
             return s + per_chunk * np.arange(1, len(sent_ids) + 1), starts
         lead = lead or {}
         if len(self.servers) == 1:
@@ -159,12 +155,10 @@ class Frontend:
             tasks = lead.get(j, ())
             if not n and not tasks:
                 continue
-            first = None
             for label, seconds in tasks:
-                s, _ = server.submit(now, seconds, label)
-                first = s if first is None else first
+                server.submit(now, seconds, label)
             s, _ = server.submit(now, n * per_chunk, "stream")
-            starts[j] = (s if first is None else first, s)
+            starts[j] = s
             ends = s + per_chunk * np.arange(1, n + 1)
             if mask is None:
                 done = ends
@@ -176,7 +170,7 @@ class Frontend:
         """Detokenized tokens (ready at ``e``) reach the API servers now: each receives its part
         of the step's outputs and serializes one SSE chunk per sending request."""
         sent_ids = emit if send is None else emit[send]
-        receive = self._receive(self._counts(emit)) if self.cpu.ipc_per_message or self.cpu.ipc_per_byte else {}
+        receive = self._receive(self._counts(emit)) if self.cpu.has_ipc else {}
         lead = {j: [("receive outputs", c)] for j, c in receive.items()}
         serialized, _ = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         self._deliver(step, emit, send, prefill_flag, done, e, serialized)
@@ -198,5 +192,5 @@ class Frontend:
         e_tok = np.empty(len(emit))
         api = t.api[emit] if len(self.servers) > 1 else np.zeros(len(emit), dtype=np.int64)
         for j in lead:
-            e_tok[api == j] = starts[j][1]  # detokenized when the server's stream task begins
+            e_tok[api == j] = starts[j]  # detokenized when the server's stream task begins
         self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)

@@ -15,6 +15,7 @@ the outputs. Messages cost ``settings.message_cost`` at each end.
 
 from __future__ import annotations
 
+from ...hardware.cpu import book
 from .settings import message_cost
 
 
@@ -39,8 +40,7 @@ class SeparateProcess:
 
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
-        cost = message_cost(engine.cpu, len(emit))
-        sent = engine.proc.submit(at, cost, "send outputs")[1] if cost > 0 else at
+        sent = book(engine.proc, at, message_cost(engine.cpu, len(emit)), "send outputs")
         engine.later(sent, lambda: SeparateProcess._detokenize(engine, step.index, emit, send, prefill_flag, done))
         return
         yield  # a generator, like the other placements
@@ -48,9 +48,7 @@ class SeparateProcess:
     @staticmethod
     def _detokenize(engine, index: int, emit, send, prefill_flag, done) -> None:
         now, proc = engine.env.now, engine.detok_proc
-        receive = message_cost(engine.cpu, len(emit))
-        if receive > 0:
-            proc.submit(now, receive, "detokenizer receive")
+        book(proc, now, message_cost(engine.cpu, len(emit)), "detokenizer receive")
         _, e = proc.submit(now, engine.output_work(len(emit), send), "detokenize")
         sent = engine.send_outputs(proc, e, emit)
         engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, e))
