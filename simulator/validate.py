@@ -107,9 +107,8 @@ def load_family(path: str | Path) -> Family:
     if not isinstance(doc, dict):
         raise ConfigError("a validation family must be a YAML mapping", file=str(p))
     kind = doc.get("kind", "simulate")
-    if kind not in ("simulate", "image_encode", "collective"):
-        raise ConfigError(f"kind {kind!r} is not one of simulate, image_encode, collective", file=str(p),
-                          path="kind")
+    if kind not in CASE_KINDS:
+        raise ConfigError(f"kind {kind!r} is not one of {', '.join(CASE_KINDS)}", file=str(p), path="kind")
     metric = _require(doc, "metric", p, str)
     if metric != "mean" and metric not in METRICS:
         raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}", file=str(p), path="metric")
@@ -221,7 +220,7 @@ def _simulate_case(fam: Family, case: Case, summaries: dict | None = None) -> li
     return out
 
 
-def _image_case(fam: Family, case: Case) -> list[dict]:
+def _image_case(fam: Family, case: Case, summaries: dict | None = None) -> list[dict]:
     from .config.dit_models import image_codecs
 
     o = case.overrides
@@ -235,22 +234,18 @@ def _image_case(fam: Family, case: Case) -> list[dict]:
                  error_pct=error_pct(pred, float(case.measured)), note=case.note)]
 
 
-def _collective_case(fam: Family, case: Case) -> list[dict]:
+def _collective_case(fam: Family, case: Case, summaries: dict | None = None) -> list[dict]:
     """A collective as NCCL runs it (``hardware.nccl``) on a node type's topology: ``node``, ``nodes``,
     ``gpus`` (per node; default all), ``collective``, ``size`` (bytes, nccl-tests' size) and
     optionally ``algorithm: ring`` (NCCL_NVLS_ENABLE=0)."""
-    import simpy
-
     from .config.loader import load_scenario
     from .hardware import nccl
-    from .hardware.topology import Topology
 
     o = {**fam.base, **case.overrides}
     try:
         hw = load_scenario({"model": "llama-3-8b", "hardware": {"node": o["node"]}}).hardware
         nodes, per = int(o.get("nodes", 1)), int(o.get("gpus", hw.gpus_per_node))
-        topo = Topology.from_hardware(simpy.Environment(), hw, nodes * hw.gpus_per_node)
-        grp = nccl.group(topo, [k * hw.gpus_per_node + i for k in range(nodes) for i in range(per)], hw.gpu.arch)
+        grp = nccl.group_on(hw, [k * hw.gpus_per_node + i for k in range(nodes) for i in range(per)])
         choices = [p for p in nccl.plans(grp, o["collective"], float(o["size"]))
                    if o.get("algorithm") in (None, p.algorithm)]
         plan = min(choices, key=lambda p: p.time)
@@ -262,17 +257,16 @@ def _collective_case(fam: Family, case: Case) -> list[dict]:
                  note=f"{plan.algorithm}/{plan.protocol}; {case.note}".rstrip("; "))]
 
 
+CASE_KINDS = {"simulate": _simulate_case, "image_encode": _image_case, "collective": _collective_case}
+"""A family's ``kind`` -> how one of its cases is predicted (each takes the family, the case and the
+summaries of the family's earlier cases, which ratio metrics divide by)."""
+
+
 def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
     """Predicted vs measured rows of one family (``progress`` counts its cases)."""
     rows, summaries = [], {}
     for case in fam.cases:
-        if fam.kind == "image_encode":
-            found = _image_case(fam, case)
-        elif fam.kind == "collective":
-            found = _collective_case(fam, case)
-        else:
-            found = _simulate_case(fam, case, summaries)
-        for r in found:
+        for r in CASE_KINDS[fam.kind](fam, case, summaries):
             rows.append({"family": fam.name, "case": case.name, **r})
         if progress is not None:
             progress.update(1, fam.name)

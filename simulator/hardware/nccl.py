@@ -132,12 +132,23 @@ def group(topo, gpus, arch: str = "other") -> Group:
         rails = len({lay.nic_of(g % lay.gpus) for g in local}) if lay is not None and lay.nics else 1
         net_bw, nic_bw = rails * nic.nccl, nic.nccl
     nvls = 0.0
-    same_domain = lay is not None and len({g // lay.nvlink_domain for g in gpus}) == 1
-    if lay is not None and lay.nvls and nodes == 1 and n > 2 and same_domain and topo.gpu_link is not None:
+    if nvl and lay.nvls and nodes == 1 and n > 2:  # one NVLink domain (nodes count domains here)
         nvls = topo.gpu_link.nccl * NVLS_EFFICIENCY.get(arch, 0.0)
     pairs = [topo.hops(s, d)[0] for s in gpus for d in gpus if s != d]
     return Group(n, nodes, intra_bw, net_bw, _hw(intra) if intra else "pci", nvls, _bottleneck(pairs),
                  "net" if nodes > 1 else _hw(pairs), arch, nic_bw)
+
+
+def group_on(hardware, gpus) -> Group:
+    """The NCCL view of ``gpus`` (GPU indices, in ring order) of a scenario's validated ``hardware``,
+    on a topology built for them."""
+    import simpy
+
+    from .topology import Topology
+
+    gpus = list(gpus)
+    topo = Topology.from_hardware(simpy.Environment(), hardware, max(gpus) + 1)
+    return group(topo, gpus, hardware.gpu.arch)
 
 
 def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:

@@ -70,13 +70,9 @@ class DiTModel:
 
         def groups(n: int):
             if n not in cache:
-                import simpy
+                from ...hardware.nccl import group_on
 
-                from ...hardware import nccl
-                from ...hardware.topology import Topology
-
-                topo = Topology.from_hardware(simpy.Environment(), hw, max(n, self.lay.n_gpus))
-                cache[n] = nccl.group(topo, range(n), hw.gpu.arch)
+                cache[n] = group_on(hw, range(n))
             return cache[n]
         return groups
 

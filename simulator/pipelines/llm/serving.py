@@ -117,10 +117,9 @@ def _tp_group(scenario):
     hw, p = scenario.hardware, scenario.parallel
     if hw.node is None or p.tp < 2:
         return None
-    from ...hardware import nccl
+    from ...hardware.nccl import group_on
 
-    topo = Topology.from_hardware(simpy.Environment(), hw, p.tp)
-    return nccl.group(topo, range(p.tp), hw.gpu.arch)
+    return group_on(hw, range(p.tp))
 
 
 def _oom_result(scenario, exc: DoesNotFit) -> Result:
