@@ -381,7 +381,7 @@ def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping
         except RecursionError:
             raise ConfigError("nested too deeply") from None
         if getattr(getattr(scenario, "workload", None), "trace", None):
-            from .trace import check_trace  # reads the trace with pandas: loaded only when there is one
+            from .trace import check_trace  # reads the trace: loaded only when there is one
 
             check_trace(scenario)
     except ConfigError as exc:

@@ -237,6 +237,16 @@ def lines(rows: pd.DataFrame, x: str, y: str, hue: str | None, title: str, xlabe
     return fig
 
 
+def line_pair(rows: pd.DataFrame, x: str, hue: str, xlabel: str, left: tuple, right: tuple,
+              logx: bool = True) -> Figure:
+    """Two :func:`lines` panels side by side over the same rows; ``left`` and ``right`` are
+    ``(y, title, ylabel, percent)``."""
+    fig, axes = _figure(13.0, 4.5, ncols=2)
+    for ax, (y, title, ylabel, percent) in zip(axes, (left, right)):
+        lines(rows, x, y, hue, title, xlabel, ylabel, logx=logx, percent=percent, ax=ax)
+    return fig
+
+
 def last_mile_vs_concurrency(rows: pd.DataFrame, title: str, hue: str = "serving.detokenizer",
                              x: str = "workload.concurrency", y: str = "itl_last_mile_share",
                              threshold: float = 0.2) -> Figure:

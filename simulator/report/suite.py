@@ -166,11 +166,10 @@ def _engine_remedies_figure(data: dict, out: Path, scale: Scale) -> dict:
 def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
     """Llama-3-70B as the GPU count grows, per fabric: TPOT and the share of latency in communication."""
     so = data["scale_out"]
-    fig, axes = plots._figure(13.0, 4.5, ncols=2)
-    plots.lines(so, "gpus", "tpot_ms.mean", "fabric", "Llama-3-70B, TP 8 x PP gpus/8: mean TPOT", "GPUs",
-                "mean TPOT (ms)", logx=True, ax=axes[0])
-    plots.lines(so, "gpus", "breakdown_share.comm", "fabric", "share of E2E in communication", "GPUs",
-                "communication share of E2E (%)", logx=True, percent=True, ax=axes[1])
+    fig = plots.line_pair(so, "gpus", "fabric", "GPUs",
+                          ("tpot_ms.mean", "Llama-3-70B, TP 8 x PP gpus/8: mean TPOT", "mean TPOT (ms)", False),
+                          ("breakdown_share.comm", "share of E2E in communication", "communication share of E2E (%)",
+                           True))
     plots.save(fig, out / "llm_scale_out.png")
     top = so[so["gpus"] == so["gpus"].max()].set_index("fabric")
     parts = [f"{name} {top.loc[name, 'tpot_ms.mean']:.1f} ms ({100 * top.loc[name, 'breakdown_share.comm']:.1f}% "
@@ -181,11 +180,11 @@ def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
         "InfiniBand per GPU and on one 72-GPU NVLink domain, each also with its slower link doubled. At "
         f"{int(so['gpus'].max())} GPUs, mean TPOT: " + "; ".join(parts) + ".")}
     dit = data["dit_scale_out"]
-    fig, axes = plots._figure(13.0, 4.5, ncols=2)
-    plots.lines(dit, "gpus", "latency_s.p50", "fabric", f"FLUX.1-dev 1536², {scale.dit_steps} steps, ring: latency",
-                "GPUs", "latency (s)", logx=True, ax=axes[0])
-    plots.lines(dit, "gpus", "last_mile_share", "fabric", "last-mile share of image latency", "GPUs",
-                "last mile (VAE copy, JPEG encode, delivery) %", logx=True, percent=True, ax=axes[1])
+    fig = plots.line_pair(dit, "gpus", "fabric", "GPUs",
+                          ("latency_s.p50", f"FLUX.1-dev 1536², {scale.dit_steps} steps, ring: latency", "latency (s)",
+                           False),
+                          ("last_mile_share", "last-mile share of image latency",
+                           "last mile (VAE copy, JPEG encode, delivery) %", True))
     plots.save(fig, out / "dit_scale_out.png")
     top = dit[dit["gpus"] == dit["gpus"].max()].set_index("fabric")
     eight = dit[dit["gpus"] == dit["gpus"].min()].set_index("fabric")
