@@ -8,9 +8,8 @@ when figures are drawn, so loading the package stays fast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 

@@ -10,9 +10,8 @@ not covered is queueing. The final token's last mile closes the request.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 

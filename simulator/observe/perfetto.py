@@ -10,13 +10,11 @@ to nest. Every span is written (no cap): events are streamed to the file, not bu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import heapq
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
