@@ -208,3 +208,42 @@ class TokenPipelineSummary(RunSummary):
     slice_time_s: list[float]
     slice_cost_spread: Optional[float]
     utilization: dict[Literal["gpu"], dict[str, Share]]
+
+
+class PipelineStageSummary(_Summary):
+    """One stage of a request pipeline over the completed requests: its resource, how many ran it
+    (the rest were cache hits), its time from ready to end (queue wait included) and its wait for
+    the resource, and the share of requests whose critical path passes through it."""
+
+    resource: str
+    kind: str
+    role: Literal["stage", "prefix"]
+    ran: int
+    cache_hits: int
+    time_ms: Percentiles
+    wait_ms: Percentiles
+    critical: Share
+
+
+class CriticalPath(_Summary):
+    path: str
+    requests: int
+    share: float
+
+
+class PipelineSummary(RunSummary):
+    """A request-pipeline run (``kind: pipeline``). ``breakdown_share``: each stage's share of all
+    completed requests' E2E, charged along each request's critical path (the shares sum to 1; a
+    stage's charge includes its queue wait)."""
+
+    kind: Literal["pipeline"]
+    output_stage: str
+    duration_s: float
+    ttft_ms: Percentiles
+    e2e_ms: Percentiles
+    latency_s: Percentiles
+    throughput: dict[Literal["requests_per_s"], Optional[float]]
+    breakdown_share: dict[str, Share]
+    critical_paths: list[CriticalPath]
+    stages: dict[str, PipelineStageSummary]
+    utilization: dict[str, Share]

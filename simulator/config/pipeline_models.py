@@ -1,0 +1,325 @@
+"""Typed scenario model of a request pipeline (kind ``pipeline``): resources, a graph of stages, a workload.
+
+A request is a directed acyclic graph of **stages**; each stage runs on a named **resource** and
+starts when every stage in its ``after`` list is done (or, with ``stream_from``, when a producer
+has emitted its first ``outputs`` items). Resources are shared by every request and every stage
+that names them, so stages on one resource contend:
+
+- ``cpu``: a pool of ``cores`` identical cores; a stage's ``time`` is its service time on one core,
+  queued first come, first served for the core that frees first (M/G/k);
+- ``service``: an external service (a web search, a tool API) of unbounded concurrency: a stage's
+  ``time`` is its latency and nothing queues;
+- ``llm``: a model served by the LLM serving stack (engine, frontend, last mile) of ``kind: llm``,
+  built from this resource's ``model``/``hardware``/``serving``/``parallel`` (see
+  ``simulator.pipelines.request_graph.stages``).
+
+Bad graphs are one-line ConfigErrors naming the key: a cycle (named stage by stage), a stage
+naming a missing resource or dependency (with a did-you-mean suggestion), no sink.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, model_validator
+
+from ..errors import ConfigError
+from .models import MAX_CONTEXT, ScenarioBase, Strict, TokenCount, upper_tokens
+from .quantities import Count, Number, PositiveSeconds, Rate, Seconds
+
+MAX_PIPELINE_STAGES = 256
+"""Most stages one request graph may hold (an agent loop of 50 turns has ~150)."""
+
+MAX_PIPELINE_REQUESTS = 1_000_000
+"""Most pipeline requests one run simulates (each walks the whole graph)."""
+
+MAX_CORES = 1 << 16
+
+
+def _suggest(word: str, options) -> str:
+    close = difflib.get_close_matches(str(word)[:100], [str(o) for o in options], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ---- stage latency ---------------------------------------------------------------------------
+
+
+def _as_latency(value):
+    """A bare quantity (``"5 ms"``, ``0.005``) is a constant latency."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return {"dist": "constant", "value": value}
+    return value
+
+
+class Latency(Strict):
+    """A per-request time in seconds: ``constant`` (value), ``uniform`` [low, high] or ``lognormal``
+    (median, sigma; optional ``max``). A bare quantity such as ``"5 ms"`` is a constant."""
+
+    dist: Literal["constant", "uniform", "lognormal"] = "constant"
+    value: Optional[Seconds] = None
+    low: Optional[Seconds] = None
+    high: Optional[Seconds] = None
+    median: Optional[PositiveSeconds] = None
+    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = None
+    max: Optional[PositiveSeconds] = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        need = {"constant": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} latency needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.low > self.high:
+            raise ValueError(f"low ({self.low:g} s) is above high ({self.high:g} s)")
+        return self
+
+
+LatencySpec = Annotated[Latency, BeforeValidator(_as_latency)]
+
+
+# ---- resources -------------------------------------------------------------------------------
+
+
+class CPUResource(Strict):
+    """A pool of identical CPU cores shared by every stage that names it (FCFS for the first free core)."""
+
+    kind: Literal["cpu"]
+    cores: Count(MAX_CORES) = 1
+
+
+class ServiceResource(Strict):
+    """An external service of unbounded concurrency: each call takes its stage's latency."""
+
+    kind: Literal["service"]
+
+
+class LLMResource(Strict):
+    """One LLM serving deployment (engine replicas, API servers, client link) shared by every stage
+    and request that names it. ``model``, ``hardware``, ``serving`` and ``parallel`` are those of a
+    ``kind: llm`` scenario (catalog names or mappings); ``hardware`` defaults to the pipeline's."""
+
+    kind: Literal["llm"]
+    model: Union[str, dict] = "llama-3-8b"
+    hardware: Optional[Union[str, dict]] = None
+    serving: dict = {}
+    parallel: dict = {}
+    coalesce_decode: bool = True
+    _scenario: Any = PrivateAttr(default=None)
+
+    @property
+    def scenario(self):
+        """The validated ``kind: llm`` scenario this deployment is built from (set by the pipeline)."""
+        return self._scenario
+
+
+def _resource_kind(value) -> str:
+    return value.get("kind", "") if isinstance(value, dict) else getattr(value, "kind", "")
+
+
+Resource = Annotated[Union[Annotated[CPUResource, Tag("cpu")], Annotated[ServiceResource, Tag("service")],
+                           Annotated[LLMResource, Tag("llm")]],
+                     Discriminator(_resource_kind)]
+
+RESOURCE_KINDS = ("cpu", "service", "llm")
+
+
+# ---- stages ----------------------------------------------------------------------------------
+
+
+class StreamFrom(Strict):
+    """Start when ``stage`` (one of ``after``) has emitted its first ``outputs`` items."""
+
+    stage: str
+    outputs: Count(1 << 20) = 1
+
+
+class StageSpec(Strict):
+    """One stage of the request graph. Which keys it takes depends on its resource's kind
+    (:data:`STAGE_KEYS`): ``time`` on cpu and service; tokens on llm."""
+
+    resource: str
+    after: list[str] = []
+    cache_hit_rate: Annotated[Number, Field(ge=0, le=1)] = 0.0
+    # cpu / service
+    time: Optional[LatencySpec] = None
+    outputs: Count(1 << 20) = 1
+    stream_from: Optional[StreamFrom] = None
+    # llm
+    prompt_tokens: Optional[TokenCount] = None
+    output_tokens: Optional[TokenCount] = None
+    static_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0
+    early_start: bool = False
+
+
+STAGE_KEYS: dict[str, dict[str, frozenset]] = {
+    "cpu": {"needs": frozenset({"time"}), "takes": frozenset({"time", "outputs", "stream_from"})},
+    "service": {"needs": frozenset({"time"}), "takes": frozenset({"time", "outputs", "stream_from"})},
+    "llm": {"needs": frozenset({"prompt_tokens", "output_tokens"}),
+            "takes": frozenset({"prompt_tokens", "output_tokens", "static_prefix_tokens", "early_start"})},
+}
+"""Per resource kind: the stage keys it needs and the kind-specific keys it accepts (``resource``,
+``after`` and ``cache_hit_rate`` are accepted by every kind)."""
+
+COMMON_KEYS = frozenset({"resource", "after", "cache_hit_rate"})
+
+
+# ---- workload --------------------------------------------------------------------------------
+
+
+class PipelineWorkload(Strict):
+    """How pipeline requests arrive (``simulator.workloads.arrivals``): an open-loop process at
+    ``rate`` (gaps of coefficient of variation ``burstiness`` for gamma), all at once, or a closed
+    loop of ``concurrency`` users each sending its next request when its last one completes."""
+
+    requests: Count(MAX_PIPELINE_REQUESTS) = 100
+    arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed"] = "poisson"
+    rate: Optional[Rate] = 1.0
+    burstiness: Annotated[Number, Field(ge=0.01, le=100)] = 1.0
+    concurrency: Optional[Count(1_000_000)] = None
+
+    @property
+    def stages(self):
+        """Load profiles are not supported here (``arrivals`` reads this attribute)."""
+        return None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.arrival == "closed" and self.concurrency is None:
+            raise ConfigError("arrival 'closed' needs workload.concurrency", path="workload.concurrency")
+        if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
+            raise ConfigError(f"arrival '{self.arrival}' needs workload.rate", path="workload.rate")
+        return self
+
+
+# ---- the scenario ----------------------------------------------------------------------------
+
+
+class PipelineScenario(ScenarioBase):
+    """Requests that walk a graph of stages on shared resources (``kind: pipeline``).
+
+    ``output`` names the stage whose result reaches the client (its first token is the client's
+    TTFT); by default the graph's only sink. E2E ends when every stage of the request is done.
+    ``hardware`` is the host of the CPU pools and the default hardware of the llm resources."""
+
+    kind: Literal["pipeline"] = "pipeline"
+    name: str = "pipeline"
+    resources: Annotated[dict[str, Resource], Field(min_length=1, max_length=64)]
+    stages: Annotated[dict[str, StageSpec], Field(min_length=1, max_length=MAX_PIPELINE_STAGES)]
+    output: Optional[str] = None
+    workload: PipelineWorkload = PipelineWorkload()
+    max_sim_time: Optional[Annotated[float, Field(gt=0, le=1e8)]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_model(cls, raw):
+        """The loader resolves a top-level ``model`` for every kind; a pipeline has none (its models
+        live in its llm resources), so an unset one (None) is dropped."""
+        if isinstance(raw, dict) and raw.get("model", 0) is None:
+            raw = {k: v for k, v in raw.items() if k != "model"}
+        return raw
+
+    @model_validator(mode="after")
+    def _check_graph(self):
+        from ..pipelines.request_graph.graph import check_graph  # pure functions over names
+
+        for name, st in self.stages.items():
+            self._check_stage(name, st)
+        check_graph({n: list(s.after) for n, s in self.stages.items()}, path="stages")
+        if self.output is None:
+            sinks = self.sinks
+            if len(sinks) > 1:
+                raise ConfigError(f"the graph has {len(sinks)} sinks ({', '.join(sinks)}); name the one whose "
+                                  "result reaches the client", path="output")
+            self.__dict__["output"] = sinks[0]
+        elif self.output not in self.stages:
+            raise ConfigError(f"no stage {self.output!r}{_suggest(self.output, self.stages)}", path="output")
+        self._build_llm_resources()
+        return self
+
+    @property
+    def sinks(self) -> list[str]:
+        """Stages no other stage waits for, in declaration order."""
+        needed = {d for s in self.stages.values() for d in s.after}
+        return [n for n in self.stages if n not in needed]
+
+    def _check_stage(self, name: str, st: StageSpec) -> None:
+        at = f"stages.{name}"
+        if st.resource not in self.resources:
+            raise ConfigError(f"no resource {st.resource!r}{_suggest(st.resource, self.resources)}; resources: "
+                              f"{', '.join(self.resources)}", path=f"{at}.resource")
+        for i, dep in enumerate(st.after):
+            if dep not in self.stages:
+                raise ConfigError(f"no stage {dep!r}{_suggest(dep, self.stages)}", path=f"{at}.after.{i}")
+        if len(set(st.after)) != len(st.after):
+            raise ConfigError("names a stage twice", path=f"{at}.after")
+        kind = self.resources[st.resource].kind
+        keys = STAGE_KEYS[kind]
+        given = st.model_fields_set - COMMON_KEYS
+        extra = sorted(given - keys["takes"])
+        if extra:
+            raise ConfigError(f"a {kind} stage takes no {extra[0]} (it takes "
+                              f"{', '.join(sorted(keys['takes'] | COMMON_KEYS))})", path=f"{at}.{extra[0]}")
+        missing = sorted(keys["needs"] - given)
+        if missing:
+            raise ConfigError(f"a {kind} stage needs {missing[0]}", path=f"{at}.{missing[0]}")
+        if st.stream_from is not None:
+            self._check_stream(at, st)
+        if kind == "llm":
+            self._check_llm_stage(at, st)
+
+    def _check_stream(self, at: str, st: StageSpec) -> None:
+        src = st.stream_from
+        if src.stage not in st.after:
+            raise ConfigError(f"{src.stage!r} is not in this stage's after list{_suggest(src.stage, st.after)}",
+                              path=f"{at}.stream_from.stage")
+        prod = self.stages[src.stage]
+        pkind = self.resources[prod.resource].kind
+        if pkind not in ("cpu", "service"):
+            raise ConfigError(f"{src.stage!r} runs on a {pkind} resource; a stage can stream only from a cpu or "
+                              "service stage, whose outputs come evenly over its time", path=f"{at}.stream_from.stage")
+        if src.outputs > prod.outputs:
+            raise ConfigError(f"{src.stage!r} emits {prod.outputs} outputs, fewer than {src.outputs}",
+                              path=f"{at}.stream_from.outputs")
+
+    def _check_llm_stage(self, at: str, st: StageSpec) -> None:
+        prompt = st.prompt_tokens if isinstance(st.prompt_tokens, int) else None
+        low = prompt if prompt is not None else (st.prompt_tokens.value or st.prompt_tokens.low or 1)
+        if st.static_prefix_tokens and st.static_prefix_tokens >= low:
+            raise ConfigError(f"{st.static_prefix_tokens} static prefix tokens leave no suffix in a prompt of "
+                              f"{low} tokens; the prefix is part of the prompt", path=f"{at}.static_prefix_tokens")
+        if st.early_start and not st.static_prefix_tokens:
+            raise ConfigError("early_start prefills the static prompt prefix ahead: set static_prefix_tokens",
+                              path=f"{at}.early_start")
+
+    def _build_llm_resources(self) -> None:
+        """Validate each llm resource as the ``kind: llm`` scenario it is, sized for its stages' calls."""
+        from .loader import load_scenario  # the loader resolves catalogs; imported here to stay below it
+
+        for rname, res in self.resources.items():
+            if res.kind != "llm":
+                continue
+            on = [s for s in self.stages.values() if s.resource == rname]
+            prompt = max((upper_tokens(s.prompt_tokens) for s in on), default=1)
+            output = max((upper_tokens(s.output_tokens) for s in on), default=1)
+            raw = {"kind": "llm", "name": f"{self.name}/{rname}", "seed": self.seed, "dtype": self.dtype,
+                   "model": res.model, "serving": dict(res.serving), "parallel": dict(res.parallel),
+                   "hardware": res.hardware if res.hardware is not None else self.hardware.model_dump(mode="json"),
+                   "record_spans": self.record_spans, "coalesce_decode": res.coalesce_decode,
+                   "workload": {"requests": 1, "arrival": "all_at_once", "prompt_tokens": prompt,
+                                "output_tokens": output}}
+            try:
+                sc = load_scenario(raw)
+                from ..pipelines.llm.serving import check_parallel
+
+                check_parallel(sc)
+            except ConfigError as exc:
+                path = exc.path or ""
+                if path.startswith("workload."):  # the longest call of a stage on this resource
+                    which = next(n for n, s in self.stages.items() if s.resource == rname)
+                    raise ConfigError(exc.message.replace("lower them, set max, or set workload.over_context: "
+                                                          "truncate_prompt", "lower them"),
+                                      path=f"stages.{which}.{path.removeprefix('workload.')}") from None
+                raise ConfigError(exc.message, path=f"resources.{rname}" + (f".{path}" if path else "")) from None
+            res._scenario = sc
+

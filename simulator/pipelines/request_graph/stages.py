@@ -1,0 +1,55 @@
+"""What a stage does when a request reaches it, behind the :data:`STAGE_KINDS` registry (keyed by
+its resource's kind).
+
+A stage kind draws its per-request figures up front (from the run's rng, in a fixed order, so a
+seed fixes every draw), then, when a request's stage becomes ready, ``start``s it on its resource
+and tells the run when it ends (``run.finish``) and when its streamed outputs are out
+(``run.release`` on a ``stream_from`` edge).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sample_latency(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws (s) of a :class:`~simulator.config.pipeline_models.Latency`."""
+    if spec.dist == "constant":
+        out = np.full(n, spec.value)
+    elif spec.dist == "uniform":
+        out = rng.uniform(spec.low, spec.high, size=n)
+    else:
+        out = spec.median * np.exp(spec.sigma * rng.standard_normal(n))
+    if spec.max is not None:
+        out = np.minimum(out, spec.max)
+    return out.astype(float)
+
+
+class TimedStage:
+    """A cpu or service stage: ``time`` per request on its resource, ``outputs`` items emitted
+    evenly over that time (item i of n is out at start + i/n x time).
+
+    A consumer that streams from it (``stream_from: {stage, outputs: k}``) becomes ready when item
+    k is out, and cannot end before this stage ends (it has the last item to consume): the run
+    holds its end to this stage's. The stage's time on the request's clock includes its queue
+    wait for a core (``queue`` in the request table)."""
+
+    def __init__(self, run, index: int, stage, resource, n: int, rng: np.random.Generator):
+        self.run, self.index, self.name, self.spec, self.resource = run, index, stage.name, stage.spec, resource
+        self.time = sample_latency(self.spec.time, n, rng)
+
+    def start(self, rid: int, now: float) -> None:
+        run, s = self.run, self.index
+        seconds = float(self.time[rid])
+        start, end = self.resource.book(now, seconds, f"r{rid} {self.name}")
+        end = max(end, run.hold[rid, s])  # a streaming consumer ends after its producer
+        run.start[rid, s] = start
+        for d, k in run.streams[s]:  # consumers that start on this stage's k-th output
+            run.hold[rid, d] = max(run.hold[rid, d], end)
+            run.at(start + seconds * k / self.spec.outputs, run.release, rid, s, d)
+        run.first[rid, s] = start + seconds / self.spec.outputs
+        run.at(end, run.finish, rid, s)
+
+
+STAGE_KINDS: dict[str, type] = {"cpu": TimedStage, "service": TimedStage}
+"""Stage behaviour by the kind of the resource the stage names."""

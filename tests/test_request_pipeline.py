@@ -1,0 +1,165 @@
+"""Request pipelines (kind ``pipeline``): closed forms for chains, parallel branches, streaming and
+cache hits; the breakdown identity; one-line errors for bad graphs; determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.api import load_scenario, simulate
+from simulator.errors import ConfigError
+from simulator.report.text import format_summary
+
+
+def scenario(stages, resources=None, **top):
+    raw = {"kind": "pipeline", "record_spans": False,
+           "resources": resources or {"host": {"kind": "cpu", "cores": 4}, "web": {"kind": "service"}},
+           "stages": stages, "workload": {"requests": 1, "arrival": "all_at_once"}, **top}
+    return load_scenario(raw)
+
+
+def e2e(stages, **kw):
+    r = simulate(scenario(stages, **kw))
+    return r, float(r.requests["e2e_s"].iloc[0])
+
+
+def test_a_two_stage_chain_takes_the_sum_of_its_stages():
+    r, t = e2e({"a": {"resource": "host", "time": "3 ms"}, "b": {"resource": "web", "after": ["a"], "time": "7 ms"}})
+    assert t == pytest.approx(0.010, abs=1e-15)
+    assert r.requests["critical_path"].iloc[0] == "a > b"
+    assert list(r.breakdown.iloc[0][["a", "b"]]) == pytest.approx([0.003, 0.007], abs=1e-15)
+
+
+def test_two_parallel_branches_take_the_max():
+    r, t = e2e({"a": {"resource": "host", "time": "2 ms"},
+                "left": {"resource": "web", "after": ["a"], "time": "30 ms"},
+                "right": {"resource": "host", "after": ["a"], "time": "5 ms"},
+                "join": {"resource": "host", "after": ["left", "right"], "time": "1 ms"}})
+    assert t == pytest.approx(0.002 + 0.030 + 0.001, abs=1e-15)
+    assert r.requests["critical_path"].iloc[0] == "a > left > join"
+    assert r.breakdown.iloc[0]["right"] == 0.0
+
+
+def test_streaming_starts_the_consumer_at_the_kth_output_and_ends_it_after_the_producer():
+    base = {"search": {"resource": "web", "time": "40 ms", "outputs": 10},
+            "rerank": {"resource": "host", "after": ["search"], "time": "15 ms"}}
+    _, serial = e2e(base)
+    assert serial == pytest.approx(0.055, abs=1e-15)
+    streamed = {**base, "rerank": {**base["rerank"], "stream_from": {"stage": "search", "outputs": 2}}}
+    r, t = e2e(streamed)
+    # ready at the 2nd of 10 outputs (8 ms), own time 15 ms -> 23 ms, held to the producer's 40 ms end
+    assert t == pytest.approx(0.040, abs=1e-15)
+    assert r.breakdown.iloc[0]["search"] == pytest.approx(0.008, abs=1e-15)
+    long = {**streamed, "rerank": {**streamed["rerank"], "time": "50 ms"}}
+    assert e2e(long)[1] == pytest.approx(0.058, abs=1e-15)
+
+
+def test_a_cache_hit_skips_the_stage():
+    stages = {"a": {"resource": "host", "time": "3 ms"},
+              "b": {"resource": "web", "after": ["a"], "time": "7 ms", "cache_hit_rate": 1.0}}
+    r, t = e2e(stages)
+    assert t == pytest.approx(0.003, abs=1e-15)
+    assert bool(r.requests["b.cache_hit"].iloc[0]) and r.summary["stages"]["b"]["cache_hits"] == 1
+
+
+def test_a_cpu_pool_queues_when_its_cores_are_busy():
+    """Three 10 ms tasks at once on two cores: the third waits 10 ms for a core (FCFS)."""
+    sc = scenario({"a": {"resource": "host", "time": "10 ms"}},
+                  resources={"host": {"kind": "cpu", "cores": 2}},
+                  workload={"requests": 3, "arrival": "all_at_once"})
+    r = simulate(sc)
+    assert list(r.requests["e2e_s"]) == pytest.approx([0.01, 0.01, 0.02], abs=1e-15)
+    assert list(r.requests["a.wait_s"]) == pytest.approx([0, 0, 0.01], abs=1e-15)
+
+
+CHEAP_RAG = {
+    "embed": {"resource": "host", "time": {"dist": "lognormal", "median": "4 ms", "sigma": 0.4}},
+    "search": {"resource": "host", "after": ["embed"], "time": {"dist": "lognormal", "median": "6 ms", "sigma": 0.5},
+               "outputs": 20},
+    "web": {"resource": "web", "after": ["embed"], "time": {"dist": "uniform", "low": "50 ms", "high": "150 ms"},
+            "cache_hit_rate": 0.4},
+    "rerank": {"resource": "host", "after": ["search", "web"], "time": "8 ms",
+               "stream_from": {"stage": "search", "outputs": 5}},
+    "assemble": {"resource": "host", "after": ["rerank"], "time": "1 ms"},
+}
+
+
+@pytest.fixture(scope="module")
+def rag_run():
+    sc = scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
+                  workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=3)
+    return simulate(sc)
+
+
+def test_the_breakdown_sums_to_e2e_for_every_request(rag_run):
+    bd = rag_run.breakdown
+    assert len(bd) == 1000 and rag_run.summary["status"] == "ok"
+    stages = [c for c in bd.columns if c != "e2e_s"]
+    np.testing.assert_allclose(bd[stages].sum(axis=1), bd["e2e_s"], rtol=1e-12, atol=1e-15)
+    assert (bd[stages] >= -1e-15).all().all()
+    assert sum(rag_run.summary["breakdown_share"].values()) == pytest.approx(1.0)
+    # the two cores queue: some requests waited for one
+    assert rag_run.summary["stages"]["search"]["wait_ms"]["p99"] > 0
+    assert "where E2E goes" in format_summary(rag_run)
+
+
+def test_same_seed_same_run_and_another_seed_differs(rag_run):
+    again = simulate(scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
+                              workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=3))
+    assert again.summary == rag_run.summary
+    assert again.requests.equals(rag_run.requests)
+    other = simulate(scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
+                              workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=4))
+    assert other.summary["e2e_ms"] != rag_run.summary["e2e_ms"]
+
+
+def test_a_cache_rate_changes_no_other_draw():
+    """Each switch is measurable on its own: the cache draws do not shift the other stages' draws."""
+    res = {"host": {"kind": "cpu", "cores": 64}, "web": {"kind": "service"}}
+    w = {"requests": 50, "arrival": "poisson", "rate": "5/s"}
+    off = simulate(scenario(CHEAP_RAG, resources=res, workload=w))
+    on = simulate(scenario({**CHEAP_RAG, "web": {**CHEAP_RAG["web"], "cache_hit_rate": 0.9}}, resources=res, workload=w))
+    ran = ~on.requests["web.cache_hit"] & ~off.requests["web.cache_hit"]
+    np.testing.assert_array_equal(on.requests["embed.time_s"], off.requests["embed.time_s"])
+    np.testing.assert_array_equal(on.requests["web.time_s"][ran], off.requests["web.time_s"][ran])
+
+
+def test_a_closed_loop_keeps_its_users_busy():
+    sc = scenario({"a": {"resource": "web", "time": "10 ms"}}, workload={"requests": 6, "arrival": "closed",
+                                                                         "concurrency": 2})
+    r = simulate(sc)
+    assert list(r.requests["arrival_s"]) == pytest.approx([0, 0, 0.01, 0.01, 0.02, 0.02], abs=1e-15)
+
+
+@pytest.mark.parametrize("stages,path,words", [
+    ({"a": {"resource": "host", "time": "1 ms", "after": ["b"]}, "b": {"resource": "host", "time": "1 ms", "after": ["a"]},
+      "c": {"resource": "host", "time": "1 ms", "after": ["a"]}}, "stages.", "cycle: "),
+    ({"a": {"resource": "host", "time": "1 ms", "after": ["a"]}}, "stages.a.after", "cycle: a -> a"),
+    ({"a": {"resource": "host", "time": "1 ms"}, "b": {"resource": "host", "time": "1 ms", "after": ["aa"]}},
+     "stages.b.after.0", "no stage 'aa' (did you mean 'a'?)"),
+    ({"a": {"resource": "hots", "time": "1 ms"}}, "stages.a.resource", "no resource 'hots' (did you mean 'host'?)"),
+    ({"a": {"resource": "host"}}, "stages.a.time", "a cpu stage needs time"),
+    ({"a": {"resource": "host", "time": "1 ms", "prompt_tokens": 5}}, "stages.a.prompt_tokens", "takes no"),
+    ({"a": {"resource": "host", "time": "1 ms"}, "b": {"resource": "host", "time": "1 ms"}}, "output", "2 sinks"),
+    ({"a": {"resource": "host", "time": "1 ms"}, "b": {"resource": "host", "time": "1 ms", "after": ["a"],
+                                                     "stream_from": {"stage": "c"}}},
+     "stages.b.stream_from.stage", "not in this stage's after"),
+    ({"a": {"resource": "host", "time": "1 ms", "outputs": 3},
+      "b": {"resource": "host", "time": "1 ms", "after": ["a"], "stream_from": {"stage": "a", "outputs": 4}}},
+     "stages.b.stream_from.outputs", "fewer than 4"),
+    ({"a": {"resource": "host", "time": {"dist": "lognormal", "median": "1 ms"}}}, "stages.a.time", "needs sigma"),
+])
+def test_bad_graphs_are_one_line_errors(stages, path, words):
+    with pytest.raises(ConfigError) as err:
+        scenario(stages)
+    assert str(err.value.path).startswith(path) and words in err.value.message and "\n" not in str(err.value)
+
+
+def test_a_cycle_is_named_stage_by_stage():
+    with pytest.raises(ConfigError) as err:
+        scenario({"x": {"resource": "host", "time": "1 ms", "after": ["z"]},
+                  "y": {"resource": "host", "time": "1 ms", "after": ["x"]},
+                  "z": {"resource": "host", "time": "1 ms", "after": ["y"]},
+                  "out": {"resource": "host", "time": "1 ms", "after": ["x"]}})
+    assert "x -> y -> z -> x" in err.value.message or "y -> z -> x -> y" in err.value.message \
+        or "z -> x -> y -> z" in err.value.message
