@@ -244,6 +244,11 @@ def build_serving(env, scenario, specs, kv_blocks: int, memory: dict, recorder: 
     if pool is None:
         pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
+    table.prefix = getattr(specs, "prefix", None)
+    table.session = getattr(specs, "session", None)
+    if sv.prefix_caching and table.prefix is None:
+        raise ConfigError("serving.prefix_caching needs prompts with prefix identity: a Mooncake .jsonl trace, "
+                          "workload.prefix or workload.sessions", path="serving.prefix_caching")
     # a separate detokenizer may hand a step's tokens over after a later step's rows: keep every row
     keep_rows = sv.detokenizer == "separate"
     # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
@@ -262,7 +267,8 @@ def build_serving(env, scenario, specs, kv_blocks: int, memory: dict, recorder: 
     system = ServingSystem(env, scenario, table, frontend, replicas, servers, records, recorder, memory, kv_blocks)
     settings = EngineSettings.from_scenario(scenario)
     for k, replica in enumerate(replicas):
-        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
+        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records,
+                                       table.prefix if sv.prefix_caching else None))
     if scenario.coalesce_decode:
         open_loop = scenario.workload.arrival != "closed"
         for engine in frontend.engines:
