@@ -145,7 +145,12 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.stream_interval": "Send every k-th token's text (the first at once).",
     "Serving.block_size": "Tokens per KV-cache block.",
     "Serving.gpu_memory_utilization": "Fraction of GPU memory the engine may use for weights, activations and KV.",
-    "Serving.router": "How requests are spread over replicas.",
+    "Serving.router": ("How requests are spread over replicas: in turn, fewest unfinished requests, fewest KV "
+                       "blocks in use, the longest cached prefix while loads are balanced (SGLang's cache-aware "
+                       "router), or by session id."),
+    "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
+                               "blocks are reused, a prefill computes only the uncached suffix, idle cached "
+                               "blocks are evicted least recently used. Needs prompts with prefix identity."),
     "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "
                                 "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",

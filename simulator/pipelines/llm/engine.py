@@ -30,6 +30,7 @@ from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
 from .overlap import OVERLAP_MODES
 from .placements import PLACEMENTS
+from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
 from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
 
@@ -95,20 +96,24 @@ class RequestTable:
         self.preemptions = np.zeros(n, dtype=np.int32)
         self.first_R = np.full(n, np.nan)
         self.last_R = np.full(n, np.nan)
+        self.prefix = None   # the requests' PrefixIds, when the workload carries prefix identity
+        self.session = None  # each request's session id, when the workload has sessions
 
 
 class Engine:
     """A replica's engine loop. ``sink`` receives each step's tokens for detokenization and streaming."""
 
     def __init__(self, env, index: int, settings: EngineSettings, table: RequestTable, cost,
-                 kv_blocks: int, replica: Replica, sink, records: Records):
+                 kv_blocks: int, replica: Replica, sink, records: Records, prefix=None):
         self.env = env
         self.index = index
         self.sv = settings
         self.cpu = settings.cpu
         self.table = table
         self.cost = cost
-        self.sched = Scheduler(table, settings, kv_blocks)
+        # with prefix caching (``prefix``: the requests' PrefixIds), a prefix cache in the KV pool
+        self.sched = Scheduler(table, settings, kv_blocks,
+                               PrefixCache(prefix, settings.block_size) if prefix is not None else None)
         self.kv_peak = 0
         self.kv_sum = 0.0
         self.proc = replica.proc

@@ -153,16 +153,107 @@ def simulate(scenario):
         return _oom_result(scenario, exc)
 
     env = simpy.Environment()
+    system = build_serving(env, scenario, specs, kv_blocks, memory,
+                           SpanRecorder(enabled=scenario.record_spans), cost=cost)
+    system.start_arrivals()
+    env.run(until=scenario.max_sim_time)
+    return system.result(was_cut(env, scenario.max_sim_time))
+
+
+class ServingSystem:
+    """An LLM serving deployment on a SimPy environment: API servers, router, engine replicas and
+    the run's stores. ``arrive(rid)`` hands request ``rid`` of the table to the frontend now; a
+    request graph (``kind: pipeline``) feeds its LLM calls this way, a plain run from its arrivals."""
+
+    def __init__(self, env, scenario, table: RequestTable, frontend: Frontend, replicas: list, servers: list,
+                 records: Records, recorder: SpanRecorder, memory: dict, kv_blocks: int):
+        self.env, self.scenario, self.table, self.frontend = env, scenario, table, frontend
+        self.replicas, self.servers, self.records, self.recorder = replicas, servers, records, recorder
+        self.memory, self.kv_blocks = memory, kv_blocks
+        self.finish_callbacks: list = []  # called as (rid, receipt time) when a request's last token is received
+        self._next_rid = 0
+
+    @property
+    def engines(self) -> list[Engine]:
+        return self.frontend.engines
+
+    def arrive(self, rid: int) -> None:
+        """Request ``rid`` reaches an API server now (its arrival time is set to now)."""
+        self.table.arrival[rid] = self.env.now
+        self.frontend.arrive(rid)
+
+    def _finished(self, rid: int, receipt: float) -> None:
+        for callback in self.finish_callbacks:
+            callback(rid, receipt)
+
+    def start_arrivals(self) -> None:
+        """The workload's own arrivals: the open loop at the table's arrival times, or a closed
+        loop of ``workload.concurrency`` clients, each sending its next request when the last is received."""
+        env, table, frontend = self.env, self.table, self.frontend
+        if self.scenario.workload.arrival == "closed":
+            def next_request(_rid: int, receipt: float) -> None:
+                if self._next_rid < table.n:
+                    nxt = self._next_rid
+                    self._next_rid += 1
+                    env.timeout(receipt - env.now).callbacks.append(lambda _ev: self.arrive(nxt))
+
+            self.finish_callbacks.append(next_request)
+            self._next_rid = min(self.scenario.workload.concurrency, table.n)
+            for rid in range(self._next_rid):
+                self.arrive(rid)
+            return
+
+        def open_loop():
+            for rid in range(table.n):
+                wait = table.arrival[rid] - env.now
+                if wait > 0:
+                    frontend.next_arrival = env.now + wait
+                    yield env.timeout(wait)
+                frontend.arrive(rid)
+            frontend.next_arrival = float("inf")
+
+        env.process(open_loop())
+
+    def result(self, cut: bool) -> Result:
+        """The run's Result once the environment has run (``cut``: stopped by max_sim_time)."""
+        scenario, table = self.scenario, self.table
+        procs = {id(q): q for q in [*self.servers, *(r.proc for r in self.replicas),
+                                    *(r.detok_proc for r in self.replicas)] if q}
+        activity: dict[str, float] = {}
+        for q in procs.values():
+            for label, seconds in q.by_label.items():
+                activity[label] = activity.get(label, 0.0) + seconds
+        stats = ServingStats(tuple(e.stats() for e in self.engines),
+                             tuple(dict.fromkeys(s.track for s in self.servers)), activity)
+        result = build_result(scenario, table, self.records.steps, self.records.rows, self.recorder, stats,
+                              self.memory, self.kv_blocks, self.env.now)
+        _assess(result.summary, scenario, table, cut)
+        return result
+
+
+def build_serving(env, scenario, specs, kv_blocks: int, memory: dict, recorder: SpanRecorder,
+                  topo: Topology | None = None, pool: CorePool | None = None,
+                  cost: LLMCostModel | None = None) -> ServingSystem:
+    """Build a scenario's serving deployment on ``env`` for the requests ``specs`` (their arrival
+    times are used only by :meth:`ServingSystem.start_arrivals`). ``topo`` and ``pool`` let a
+    caller share the GPUs' topology and the host's cores with other work."""
     hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel
-    recorder = SpanRecorder(enabled=scenario.record_spans)
-    topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
-    pool = CorePool(hw.cpu_cores)
+    cost = cost or build_cost(scenario)
+    if topo is None:
+        topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
+    if pool is None:
+        pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
+    table.prefix = getattr(specs, "prefix", None)
+    table.session = getattr(specs, "session", None)
+    if sv.prefix_caching and table.prefix is None:
+        raise ConfigError("serving.prefix_caching needs prompts with prefix identity: a Mooncake .jsonl trace, "
+                          "workload.prefix or workload.sessions", path="serving.prefix_caching")
     # a separate detokenizer may hand a step's tokens over after a later step's rows: keep every row
     keep_rows = sv.detokenizer == "separate"
     # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
     # ledger reads them while it folds, and only the recent ones need to be held
-    steps = Columns(STEP_COLUMNS) if scenario.record_spans or keep_rows else RingColumns(STEP_COLUMNS)
+    steps = Columns(STEP_COLUMNS) if recorder.enabled or keep_rows else RingColumns(STEP_COLUMNS)
     ledger = TokenLedger(table, steps, keep_rows=keep_rows, capacity=max(1024, int(specs.output.sum()) + len(specs)))
     records = Records(steps, ledger, recorder)
     replicas = [_replica(k, scenario, topo, pool, cost, recorder) for k in range(p.replicas)]
@@ -170,57 +261,20 @@ def simulate(scenario):
         servers = [r.proc for r in replicas]
     else:
         servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
-    closed = scenario.workload.arrival == "closed"
-    next_rid = [0]
-
-    def on_finish(rid: int, receipt: float) -> None:
-        if closed and next_rid[0] < table.n:
-            nxt = next_rid[0]
-            next_rid[0] += 1
-            env.timeout(receipt - env.now).callbacks.append(lambda _ev: _arrive(nxt))
-
+    system: ServingSystem | None = None
     frontend = Frontend(env, FrontendSettings.from_scenario(scenario), topo.client_link, table, servers,
-                        records.rows, on_finish)
-
-    def _arrive(rid: int) -> None:
-        table.arrival[rid] = env.now
-        frontend.arrive(rid)
-
+                        records.rows, lambda rid, receipt: system._finished(rid, receipt))
+    system = ServingSystem(env, scenario, table, frontend, replicas, servers, records, recorder, memory, kv_blocks)
     settings = EngineSettings.from_scenario(scenario)
     for k, replica in enumerate(replicas):
-        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
+        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records,
+                                       table.prefix if sv.prefix_caching else None))
     if scenario.coalesce_decode:
+        open_loop = scenario.workload.arrival != "closed"
         for engine in frontend.engines:
-            if DecodeRuns.eligible(engine, frontend, not closed, p.replicas):
+            if DecodeRuns.eligible(engine, frontend, open_loop, p.replicas):
                 engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
-
-    def open_loop():
-        for rid in range(table.n):
-            wait = table.arrival[rid] - env.now
-            if wait > 0:
-                frontend.next_arrival = env.now + wait
-                yield env.timeout(wait)
-            frontend.arrive(rid)
-        frontend.next_arrival = float("inf")
-
-    if closed:
-        first_batch = min(scenario.workload.concurrency, table.n)
-        next_rid[0] = first_batch
-        for rid in range(first_batch):
-            _arrive(rid)
-    else:
-        env.process(open_loop())
-    env.run(until=scenario.max_sim_time)
-    procs = {id(q): q for q in [*servers, *(r.proc for r in replicas), *(r.detok_proc for r in replicas)] if q}
-    activity: dict[str, float] = {}
-    for q in procs.values():
-        for label, seconds in q.by_label.items():
-            activity[label] = activity.get(label, 0.0) + seconds
-    stats = ServingStats(tuple(e.stats() for e in frontend.engines), tuple(dict.fromkeys(s.track for s in servers)),
-                         activity)
-    result = build_result(scenario, table, records.steps, records.rows, recorder, stats, memory, kv_blocks, env.now)
-    _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
-    return result
+    return system
 
 
 def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostModel, recorder) -> Replica:
