@@ -81,14 +81,21 @@ CHEAP_RAG = {
     "rerank": {"resource": "host", "after": ["search", "web"], "time": "8 ms",
                "stream_from": {"stage": "search", "outputs": 5}},
     "assemble": {"resource": "host", "after": ["rerank"], "time": "1 ms"},
+    "generate": {"resource": "llm", "after": ["assemble"], "static_prefix_tokens": 256,
+                 "prompt_tokens": {"dist": "uniform", "low": 32, "high": 128}, "output_tokens": 4, "early_start": True},
 }
+TINY_LLM = {"kind": "llm", "model": {"base": "llama-3-8b", "layers": 2}, "serving": {"prefix_caching": True}}
+RAG_RESOURCES = {"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}, "llm": TINY_LLM}
+
+
+def rag(seed=3, **over):
+    return simulate(scenario({**CHEAP_RAG, **over}, resources=RAG_RESOURCES,
+                             workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=seed))
 
 
 @pytest.fixture(scope="module")
 def rag_run():
-    sc = scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
-                  workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=3)
-    return simulate(sc)
+    return rag()
 
 
 def test_the_breakdown_sums_to_e2e_for_every_request(rag_run):
@@ -101,21 +108,27 @@ def test_the_breakdown_sums_to_e2e_for_every_request(rag_run):
     # the two cores queue: some requests waited for one
     assert rag_run.summary["stages"]["search"]["wait_ms"]["p99"] > 0
     assert "where E2E goes" in format_summary(rag_run)
+    # the client's TTFT is the generating call's first token; the call keeps its eight categories
+    req = rag_run.requests
+    assert (req["ttft_s"] < req["e2e_s"]).all()
+    cats = [f"generate.{c}_s" for c in ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize",
+                                        "stream")]
+    np.testing.assert_allclose(req[cats].sum(axis=1), req["generate.time_s"], rtol=1e-9)
+    llm = rag_run.summary["llm"]["llm"]
+    assert llm["calls"] == 2000 and llm["calls_completed"] == 2000
+    assert llm["prefix_hit_tokens"] == 1000 * 256  # every call found its warm-up's prefix
 
 
 def test_same_seed_same_run_and_another_seed_differs(rag_run):
-    again = simulate(scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
-                              workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=3))
+    again = rag()
     assert again.summary == rag_run.summary
     assert again.requests.equals(rag_run.requests)
-    other = simulate(scenario(CHEAP_RAG, resources={"host": {"kind": "cpu", "cores": 2}, "web": {"kind": "service"}},
-                              workload={"requests": 1000, "arrival": "poisson", "rate": "60/s"}, seed=4))
-    assert other.summary["e2e_ms"] != rag_run.summary["e2e_ms"]
+    assert rag(seed=4).summary["e2e_ms"] != rag_run.summary["e2e_ms"]
 
 
 def test_a_cache_rate_changes_no_other_draw():
     """Each switch is measurable on its own: the cache draws do not shift the other stages' draws."""
-    res = {"host": {"kind": "cpu", "cores": 64}, "web": {"kind": "service"}}
+    res = {**RAG_RESOURCES, "host": {"kind": "cpu", "cores": 64}}
     w = {"requests": 50, "arrival": "poisson", "rate": "5/s"}
     off = simulate(scenario(CHEAP_RAG, resources=res, workload=w))
     on = simulate(scenario({**CHEAP_RAG, "web": {**CHEAP_RAG["web"], "cache_hit_rate": 0.9}}, resources=res, workload=w))
@@ -163,3 +176,58 @@ def test_a_cycle_is_named_stage_by_stage():
                   "out": {"resource": "host", "time": "1 ms", "after": ["x"]}})
     assert "x -> y -> z -> x" in err.value.message or "y -> z -> x -> y" in err.value.message \
         or "z -> x -> y -> z" in err.value.message
+
+
+def _early_start(on: bool):
+    """One request: a 1 s search, then a call of 2,048 static + 512 retrieved prompt tokens."""
+    return simulate(scenario({"search": {"resource": "host", "time": "1 s"},
+                              "generate": {"resource": "llm", "after": ["search"], "static_prefix_tokens": 2048,
+                                           "prompt_tokens": 512, "output_tokens": 16, "early_start": on}},
+                             resources={"host": {"kind": "cpu"}, "llm": {"kind": "llm", "model": "llama-3-8b",
+                                                                         "serving": {"prefix_caching": True}}},
+                             record_spans=True))
+
+
+def test_early_start_removes_exactly_the_prefill_of_the_static_prefix():
+    off, on = _early_start(False), _early_start(True)
+
+    def main_prefill(r):  # the GPU time of the call's prefill step (the last prefill on the GPU)
+        sp = r.spans[(r.spans.track == "llm/gpu0") & (r.spans.category == "prefill")]
+        return float(sp.end.iloc[-1] - sp.start.iloc[-1])
+
+    saved = main_prefill(off) - main_prefill(on)  # 2,560 prompt tokens prefilled vs 512 after 2,048 cached
+    assert saved > 0
+    assert off.requests["e2e_s"][0] - on.requests["e2e_s"][0] == pytest.approx(saved, abs=1e-12)
+    assert off.requests["ttft_s"][0] - on.requests["ttft_s"][0] == pytest.approx(saved, abs=1e-12)
+    assert on.requests["critical_path"][0] == off.requests["critical_path"][0] == "search > generate"
+    assert on.summary["llm"]["llm"]["prefix_hit_tokens"] == 2048
+
+
+def test_stages_on_one_llm_resource_share_its_engine():
+    """Two calls at once on one deployment are batched by one engine: both arrive at its queue."""
+    stages = {"a": {"resource": "llm", "prompt_tokens": 64, "output_tokens": 8},
+              "b": {"resource": "llm", "prompt_tokens": 64, "output_tokens": 8},
+              "join": {"resource": "host", "after": ["a", "b"], "time": "1 ms"}}
+    res = {"host": {"kind": "cpu"}, "llm": {"kind": "llm", "model": {"base": "llama-3-8b", "layers": 2}}}
+    r = simulate(scenario(stages, resources=res))
+    assert r.summary["llm"]["llm"]["calls"] == 2
+    assert r.requests["a.time_s"][0] != r.requests["b.time_s"][0]  # the API server serves one first
+    assert r.breakdown.iloc[0]["join"] == pytest.approx(0.001, abs=1e-15)
+
+
+@pytest.mark.parametrize("stage,res,path,words", [
+    ({"resource": "llm", "prompt_tokens": 64, "output_tokens": 8, "static_prefix_tokens": 32, "early_start": True},
+     {}, "stages.g.early_start", "prefix_caching: true"),
+    ({"resource": "llm", "prompt_tokens": 64, "output_tokens": 8, "early_start": True},
+     {"serving": {"prefix_caching": True}}, "stages.g.early_start", "set static_prefix_tokens"),
+    ({"resource": "llm", "prompt_tokens": 8000, "output_tokens": 500}, {}, "stages.g.prompt_tokens", "context"),
+    ({"resource": "llm", "prompt_tokens": 64}, {}, "stages.g.output_tokens", "needs output_tokens"),
+    ({"resource": "llm", "prompt_tokens": 64, "output_tokens": 8}, {"parallel": {"tp": 3}}, "resources.llm.parallel.tp",
+     "does not divide"),
+    ({"resource": "llm", "prompt_tokens": 64, "output_tokens": 8}, {"serving": {"max_btch": 3}},
+     "resources.llm.serving.max_btch", "did you mean 'max_batch'"),
+])
+def test_bad_llm_stages_are_one_line_errors(stage, res, path, words):
+    with pytest.raises(ConfigError) as err:
+        scenario({"g": stage}, resources={"llm": {"kind": "llm", "model": "llama-3-8b", **res}})
+    assert err.value.path == path and words in err.value.message and "\n" not in str(err.value)

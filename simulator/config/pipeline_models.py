@@ -104,7 +104,6 @@ class LLMResource(Strict):
     hardware: Optional[Union[str, dict]] = None
     serving: dict = {}
     parallel: dict = {}
-    coalesce_decode: bool = True
     _scenario: Any = PrivateAttr(default=None)
 
     @property
@@ -145,7 +144,8 @@ class StageSpec(Strict):
     time: Optional[LatencySpec] = None
     outputs: Count(1 << 20) = 1
     stream_from: Optional[StreamFrom] = None
-    # llm
+    # llm: the call's prompt is static_prefix_tokens + prompt_tokens (the part known only when the
+    # stage starts: retrieved context, a tool's result)
     prompt_tokens: Optional[TokenCount] = None
     output_tokens: Optional[TokenCount] = None
     static_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0
@@ -283,14 +283,13 @@ class PipelineScenario(ScenarioBase):
                               path=f"{at}.stream_from.outputs")
 
     def _check_llm_stage(self, at: str, st: StageSpec) -> None:
-        prompt = st.prompt_tokens if isinstance(st.prompt_tokens, int) else None
-        low = prompt if prompt is not None else (st.prompt_tokens.value or st.prompt_tokens.low or 1)
-        if st.static_prefix_tokens and st.static_prefix_tokens >= low:
-            raise ConfigError(f"{st.static_prefix_tokens} static prefix tokens leave no suffix in a prompt of "
-                              f"{low} tokens; the prefix is part of the prompt", path=f"{at}.static_prefix_tokens")
         if st.early_start and not st.static_prefix_tokens:
             raise ConfigError("early_start prefills the static prompt prefix ahead: set static_prefix_tokens",
                               path=f"{at}.early_start")
+        res = self.resources[st.resource]
+        if st.early_start and not (res.serving or {}).get("prefix_caching", False):
+            raise ConfigError(f"early_start reuses the prefix's KV through the engine's prefix cache: set "
+                              f"resources.{st.resource}.serving.prefix_caching: true", path=f"{at}.early_start")
 
     def _build_llm_resources(self) -> None:
         """Validate each llm resource as the ``kind: llm`` scenario it is, sized for its stages' calls."""
@@ -300,12 +299,15 @@ class PipelineScenario(ScenarioBase):
             if res.kind != "llm":
                 continue
             on = [s for s in self.stages.values() if s.resource == rname]
-            prompt = max((upper_tokens(s.prompt_tokens) for s in on), default=1)
+            prompt = max((s.static_prefix_tokens + upper_tokens(s.prompt_tokens) for s in on), default=1)
             output = max((upper_tokens(s.output_tokens) for s in on), default=1)
             raw = {"kind": "llm", "name": f"{self.name}/{rname}", "seed": self.seed, "dtype": self.dtype,
                    "model": res.model, "serving": dict(res.serving), "parallel": dict(res.parallel),
                    "hardware": res.hardware if res.hardware is not None else self.hardware.model_dump(mode="json"),
-                   "record_spans": self.record_spans, "coalesce_decode": res.coalesce_decode,
+                   "record_spans": self.record_spans,
+                   # closed-form decode runs need the next arrival known ahead (an open loop); a
+                   # pipeline's calls arrive when their stages become ready, so steps run one by one
+                   "coalesce_decode": False,
                    "workload": {"requests": 1, "arrival": "all_at_once", "prompt_tokens": prompt,
                                 "output_tokens": output}}
             try:

@@ -247,3 +247,23 @@ class PipelineSummary(RunSummary):
     critical_paths: list[CriticalPath]
     stages: dict[str, PipelineStageSummary]
     utilization: dict[str, Share]
+    llm: Optional[dict[str, "PipelineLLMSummary"]] = None
+
+
+class PipelineLLMSummary(_Summary):
+    """One llm resource of a pipeline: its calls as the serving deployment saw them (arrival at its
+    API server to the client's receipt), with the LLM kind's eight categories and last mile."""
+
+    calls: int
+    calls_completed: int
+    ttft_ms: Optional[Percentiles]
+    tpot_ms: Optional[Percentiles]
+    e2e_ms: Optional[Percentiles]
+    breakdown_share: Optional[dict[str, Share]]
+    last_mile_share: Share
+    prefix_hit_tokens: Optional[int]
+
+    _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
+
+
+PipelineSummary.model_rebuild()

@@ -41,6 +41,17 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
         req[f"{name}.wait_s"] = run.start[:, s] - run.ready[:, s]
         req[f"{name}.time_s"] = run.end[:, s] - run.ready[:, s]
         req[f"{name}.cache_hit"] = run.hit[:, s]
+    outcomes = {name: res.outcome(cut) for name, res in run.resources.items() if hasattr(res, "outcome")}
+    for rname, oc in outcomes.items():  # each llm stage's call, by the serving's eight categories
+        calls = run.resources[rname].calls
+        cats = oc["breakdown"].reindex(range(run.resources[rname].system.table.n))
+        for s, name in enumerate(names):
+            if run.stages[s].resource == rname:
+                picked = cats.to_numpy()[np.maximum(calls[:, s], 0)]
+                picked[calls[:, s] < 0] = np.nan
+                for j, c in enumerate(cats.columns):
+                    if c != "e2e_s":
+                        req[f"{name}.{c}_s"] = picked[:, j]
     requests = pd.DataFrame(req).set_index("request")
     bd = pd.DataFrame(charge[done], columns=names, index=pd.Index(np.flatnonzero(done), name="request"))
     bd["e2e_s"] = e2e[done]
@@ -70,14 +81,23 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
         "critical_paths": [{"path": path, "requests": c, "share": c / completed}
                            for path, c in counts.most_common(TOP_PATHS)],
         "stages": stage_rows,
-        "utilization": run.recorder.utilization(horizon),
+        "utilization": _utilization(run.recorder, outcomes, horizon),
     }
-    for res in run.resources.values():
-        if hasattr(res, "summarize"):
-            res.summarize(summary)
+    if outcomes:
+        summary["llm"] = {name: oc["summary"] for name, oc in outcomes.items()}
     extra = []
     if sc.workload.arrival != "closed":
         extra.append(overload_warning(run.arrival, finish, e2e, done))
     assess(summary, run.n, completed, cut, sc.max_sim_time, extra)
-    spans = run.recorder.frame()
+    spans = pd.concat([run.recorder.frame(), *(oc["spans"] for oc in outcomes.values())], ignore_index=True)
     return Result("pipeline", sc, summary, requests, bd, spans, trace_events(spans) if sc.record_spans else [])
+
+
+def _utilization(recorder, outcomes: dict, horizon: float) -> dict:
+    """Busy share of every track over the run: the CPU pools' cores and each deployment's tracks."""
+    busy = dict(recorder.busy)
+    for oc in outcomes.values():
+        busy.update(oc["busy"])
+    if horizon <= 0:
+        return {k: 0.0 for k in sorted(busy)}
+    return {k: min(1.0, v / horizon) for k, v in sorted(busy.items())}

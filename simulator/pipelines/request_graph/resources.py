@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import heapq
 
+from .llm_stage import LLMDeployment
+
 
 class CPUPool:
     """``cores`` identical cores, first come first served: a task takes the core that frees first
     (an M/G/k queue), and waits for it when all are busy. Each core is a trace track."""
 
-    def __init__(self, name: str, spec, env, recorder, scenario=None):
-        self.name, self.recorder = name, recorder
+    def __init__(self, name: str, spec, run):
+        self.name, self.recorder = name, run.recorder
         self._free = [(0.0, c) for c in range(spec.cores)]  # (free at, core): the heap picks the lowest core on ties
         self.tracks = [f"cpu:{name}.{c}" for c in range(spec.cores)]
 
@@ -35,8 +37,8 @@ class Service:
     """An external service of unbounded concurrency: a call starts at once and takes its latency.
     Its calls overlap, so the trace shows them on one track without accruing busy time."""
 
-    def __init__(self, name: str, spec, env, recorder, scenario=None):
-        self.name, self.recorder = name, recorder
+    def __init__(self, name: str, spec, run):
+        self.name, self.recorder = name, run.recorder
         self.track = f"service:{name}"
 
     def book(self, now: float, seconds: float, label: str) -> tuple[float, float]:
@@ -45,5 +47,5 @@ class Service:
         return now, now + seconds
 
 
-RESOURCES: dict[str, type] = {"cpu": CPUPool, "service": Service}
-"""Resource runtimes by their YAML ``kind`` (``llm`` is added by ``stages``)."""
+RESOURCES: dict[str, type] = {"cpu": CPUPool, "service": Service, "llm": LLMDeployment}
+"""Resource runtimes by their YAML ``kind``."""

@@ -90,18 +90,18 @@ class Run:
         self.waiting = np.tile(np.array([len(a) for a in self.after], dtype=np.int64), (n, 1))
         self.left = np.full(n, S, dtype=np.int64)
         self.done = np.zeros(n, dtype=bool)
-        # built once, shared by every stage and request that names them (in declaration order)
-        self.resources = {name: RESOURCES[spec.kind](name, spec, self.env, self.recorder, sc)
-                          for name, spec in sc.resources.items()}
-        # every draw up front: arrivals (by the caller), then per stage its kind's figures, then cache hits
+        # every draw up front, in a fixed order: arrivals (by the caller), then per stage its kind's
+        # figures and its cache draws (drawn whatever the rate, so a rate changes no other draw)
         self.kinds, self.hit = [], np.zeros((n, S), dtype=bool)
         for s, p in enumerate(self.stages):
-            kind = STAGE_KINDS[sc.resources[p.resource].kind]
-            self.kinds.append(kind(self, s, p, self.resources[p.resource], n, self.rng))
-            rate = p.spec.cache_hit_rate if p.role == "stage" else 0.0
-            draws = self.rng.random(n) if p.role == "stage" else None
-            if rate > 0:
-                self.hit[:, s] = draws < rate
+            self.kinds.append(STAGE_KINDS[sc.resources[p.resource].kind](self, s, p, n, self.rng))
+            if p.role == "stage":
+                self.hit[:, s] = self.rng.random(n) < p.spec.cache_hit_rate
+        # built once, shared by every stage and request that names them (an llm deployment is built
+        # for exactly the calls the draws leave)
+        self.resources = {name: RESOURCES[spec.kind](name, spec, self) for name, spec in sc.resources.items()}
+        for s, p in enumerate(self.stages):
+            self.kinds[s].resource = self.resources[p.resource]
 
     # -- scheduling ------------------------------------------------------------------------
     def at(self, t: float, fn, *args) -> None:

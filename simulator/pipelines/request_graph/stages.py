@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .llm_stage import LLMStage
+
 
 def sample_latency(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` draws (s) of a :class:`~simulator.config.pipeline_models.Latency`."""
@@ -34,9 +36,10 @@ class TimedStage:
     holds its end to this stage's. The stage's time on the request's clock includes its queue
     wait for a core (``queue`` in the request table)."""
 
-    def __init__(self, run, index: int, stage, resource, n: int, rng: np.random.Generator):
-        self.run, self.index, self.name, self.spec, self.resource = run, index, stage.name, stage.spec, resource
+    def __init__(self, run, index: int, stage, n: int, rng: np.random.Generator):
+        self.run, self.index, self.name, self.spec = run, index, stage.name, stage.spec
         self.time = sample_latency(self.spec.time, n, rng)
+        self.resource = None  # bound once the run's resources are built
 
     def start(self, rid: int, now: float) -> None:
         run, s = self.run, self.index
@@ -51,5 +54,5 @@ class TimedStage:
         run.at(end, run.finish, rid, s)
 
 
-STAGE_KINDS: dict[str, type] = {"cpu": TimedStage, "service": TimedStage}
+STAGE_KINDS: dict[str, type] = {"cpu": TimedStage, "service": TimedStage, "llm": LLMStage}
 """Stage behaviour by the kind of the resource the stage names."""

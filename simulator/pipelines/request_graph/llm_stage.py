@@ -1,0 +1,145 @@
+"""LLM stages: calls to a serving deployment (``kind: llm``'s engine, frontend and last mile) that
+lives in the pipeline's SimPy environment and is shared by every request and stage that names it.
+
+Every call is known before the run (each request's llm stages, less the ones its cache draws
+skip), so the deployment is built once for exactly those calls with
+:func:`~simulator.pipelines.llm.serving.build_serving`; a stage hands its call to the frontend
+with ``arrive`` when it becomes ready, and ends when the client receives the call's last token.
+Its first token's receipt is the stage's first output (the client's TTFT for the output stage).
+
+**Early start** (``early_start: true``): when the request arrives, a warm-up call of the stage's
+``static_prefix_tokens`` (``max_tokens = 1``, as a client warms a prefix) runs as the added stage
+``<stage>:prefix``; the stage's own call, later, carries the whole prompt (prefix + ``prompt_tokens``)
+and the engine's prefix cache (``serving.prefix_caching``, vLLM V1 automatic prefix caching:
+``pipelines.llm.prefix_cache``) finds the prefix's full blocks and prefills only the rest. The
+static prefix is the request's own (its conversation history), so it is shared by the warm-up and
+the call of that request only; a prefix shared by all requests (a system prompt) is plain prefix
+caching. Only full ``block_size`` units of the prefix are reusable, as in vLLM, whose block hashes
+cover full blocks. The call does not wait for the warm-up: if it arrives first, the engine finds
+whatever the warm-up has allocated by then (vLLM caches blocks as they are allocated).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...workloads.arrivals import RequestSpecs, sample_tokens
+from ..llm.serving import DoesNotFit, build_cost, build_serving, check_requests_fit, kv_capacity
+
+
+class LLMStage:
+    """A stage on an llm resource: per request, a prompt (static prefix + ``prompt_tokens``) and an
+    output length, drawn up front; an added ``prefix`` stage is the early-start warm-up call."""
+
+    def __init__(self, run, index: int, stage, n: int, rng: np.random.Generator):
+        self.run, self.index, self.name, self.spec = run, index, stage.name, stage.spec
+        self.role = stage.role
+        sp = self.spec
+        if stage.role == "prefix":
+            self.prefix = sp.static_prefix_tokens
+            self.prompt = np.full(n, sp.static_prefix_tokens, dtype=np.int64)
+            self.output = np.ones(n, dtype=np.int64)
+        else:
+            self.prefix = sp.static_prefix_tokens if sp.early_start else 0
+            self.prompt = sp.static_prefix_tokens + sample_tokens(sp.prompt_tokens, n, rng)
+            self.output = sample_tokens(sp.output_tokens, n, rng)
+        self.resource = None  # bound once the run's resources are built
+
+    def start(self, rid: int, now: float) -> None:
+        self.run.start[rid, self.index] = now
+        self.resource.call(rid, self.index)
+
+
+class CallPrefixes:
+    """The calls' prefix identity, as the engine's prefix cache reads it (``unit`` and ``of(call)``):
+    a request's early-start warm-up and its stage's call share the ids of the static prefix's full
+    units; every other unit of every call has an id of its own."""
+
+    def of(self, call: int) -> np.ndarray:
+        return self._ids[self._offsets[call]:self._offsets[call + 1]]
+
+    def __init__(self, unit: int, prompts: np.ndarray, group: np.ndarray, shared_tokens: np.ndarray):
+        """``group[c]``: calls of one group (>= 0) share their first ``shared_tokens[c] // unit``
+        units (the first call of the group names them); -1: a call that shares nothing."""
+        self.unit = unit
+        units = -(-prompts // unit)
+        self._offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+        ids = np.arange(int(self._offsets[-1]), dtype=np.int64)  # an id of its own for every unit
+        lead: dict[int, int] = {}
+        for c in np.flatnonzero(group >= 0).tolist():
+            first = lead.setdefault(int(group[c]), c)
+            full = int(shared_tokens[c] // unit)
+            if first != c and full:
+                o, f = self._offsets[c], self._offsets[first]
+                ids[o:o + full] = ids[f:f + full]
+        self._ids = ids
+
+
+class LLMDeployment:
+    """One llm resource: the serving deployment of its ``kind: llm`` scenario, built on the run's
+    environment for every call its stages will make, with spans on a recorder of its own (the
+    report prefixes its tracks with the resource's name, so two deployments' ``gpu0`` stay apart)."""
+
+    def __init__(self, name: str, spec, run):
+        from ...observe.spans import SpanRecorder
+
+        self.name, self.run = name, run
+        sc = spec.scenario
+        mine = [s for s, p in enumerate(run.stages) if p.resource == name]
+        call = np.full((run.n, run.S), -1, dtype=np.int64)
+        prompts, outputs, group, shared = [], [], [], []
+        for s in mine:
+            kind = run.kinds[s]
+            rids = np.flatnonzero(~run.hit[:, s])
+            call[rids, s] = len(prompts) + np.arange(len(rids))
+            prompts.extend(kind.prompt[rids].tolist())
+            outputs.extend(kind.output[rids].tolist())
+            # a warm-up and its stage's call share group (request, stage it serves)
+            served = run.index[run.stages[s].of] if run.stages[s].of else s
+            group.extend((rids * run.S + served if kind.prefix else np.full(len(rids), -1)).tolist())
+            shared.extend([kind.prefix] * len(rids))
+        self.calls = call
+        self.owner = np.argwhere(call >= 0)[np.argsort(call[call >= 0], kind="stable")]  # call -> (rid, stage)
+        prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+        specs = RequestSpecs(np.full(len(prompts), np.nan), prompts, outputs)
+        if sc.serving.prefix_caching:
+            specs.prefix = CallPrefixes(sc.serving.block_size, prompts, np.asarray(group, dtype=np.int64),
+                                              np.asarray(shared, dtype=np.int64))
+        cost = build_cost(sc)
+        try:
+            kv_blocks, memory = kv_capacity(sc, cost)
+            if len(prompts):
+                check_requests_fit(sc, kv_blocks, int((prompts + outputs).max()), int(prompts.max()),
+                                   "stages", memory)
+        except DoesNotFit as exc:
+            key = exc.key if exc.key == "stages" else f"resources.{name}.{exc.key}"
+            raise ConfigError(exc.message, path=key) from None
+        self.recorder = SpanRecorder(enabled=run.recorder.enabled)
+        self.system = build_serving(run.env, sc, specs, kv_blocks, memory, self.recorder, cost=cost)
+        self.system.finish_callbacks.append(self._finished)
+
+    def call(self, rid: int, s: int) -> None:
+        self.system.arrive(int(self.calls[rid, s]))
+
+    def _finished(self, cid: int, receipt: float) -> None:
+        rid, s = (int(x) for x in self.owner[cid])
+        run = self.run
+        run.first[rid, s] = self.system.table.first_R[cid]
+        run.at(receipt, run.finish, rid, s)
+
+    def outcome(self, cut: bool) -> dict:
+        """What the run reports of this deployment: its calls' own summary (TTFT, TPOT, E2E of the
+        calls, the eight LLM categories, the last mile), each call's breakdown by category, and its
+        spans and busy time with tracks named ``<resource>/<track>``."""
+        res = self.system.result(cut)
+        s = res.summary
+        caches = [e.sched.cache for e in self.system.engines if e.sched.cache is not None]
+        block = {"calls": int(self.system.table.n), "calls_completed": s.get("requests_completed", 0),
+                 "ttft_ms": s.get("ttft_ms"), "tpot_ms": s.get("tpot_ms"), "e2e_ms": s.get("e2e_ms"),
+                 "breakdown_share": s.get("breakdown_share"), "last_mile_share": s.get("last_mile_share"),
+                 "prefix_hit_tokens": int(sum(c.hit_tokens for c in caches)) if caches else None}
+        spans = res.spans.copy()
+        spans["track"] = f"{self.name}/" + spans["track"].astype(str)
+        busy = {f"{self.name}/{k}": v for k, v in self.recorder.busy.items()}
+        return {"summary": block, "breakdown": res.breakdown, "spans": spans, "busy": busy}
