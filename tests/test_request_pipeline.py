@@ -231,3 +231,15 @@ def test_bad_llm_stages_are_one_line_errors(stage, res, path, words):
     with pytest.raises(ConfigError) as err:
         scenario({"g": stage}, resources={"llm": {"kind": "llm", "model": "llama-3-8b", **res}})
     assert err.value.path == path and words in err.value.message and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["rag", "agent", "image"])
+def test_the_built_in_examples_run(name):
+    from pathlib import Path
+
+    from simulator.api import run
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "pipeline" / f"{name}.yaml"
+    r = run(path, {"workload.requests": 12, "record_spans": False})
+    assert r.summary["status"] == "ok" and r.summary["requests_completed"] == 12
+    np.testing.assert_allclose(r.breakdown.drop(columns="e2e_s").sum(axis=1), r.breakdown["e2e_s"], rtol=1e-12)

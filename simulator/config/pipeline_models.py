@@ -26,7 +26,7 @@ from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, mo
 
 from ..errors import ConfigError
 from .models import MAX_CONTEXT, ScenarioBase, Strict, TokenCount, upper_tokens
-from .quantities import Count, Number, PositiveSeconds, Rate, Seconds
+from .quantities import Count, Horizon, Number, PositiveSeconds, Rate, Seconds
 
 MAX_PIPELINE_STAGES = 256
 """Most stages one request graph may hold (an agent loop of 50 turns has ~150)."""
@@ -56,13 +56,15 @@ class Latency(Strict):
     """A per-request time in seconds: ``constant`` (value), ``uniform`` [low, high] or ``lognormal``
     (median, sigma; optional ``max``). A bare quantity such as ``"5 ms"`` is a constant."""
 
-    dist: Literal["constant", "uniform", "lognormal"] = "constant"
-    value: Optional[Seconds] = None
-    low: Optional[Seconds] = None
-    high: Optional[Seconds] = None
-    median: Optional[PositiveSeconds] = None
-    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = None
-    max: Optional[PositiveSeconds] = None
+    dist: Literal["constant", "uniform", "lognormal"] = Field(
+        "constant", description="constant (value), uniform (low..high) or lognormal (median, sigma, optional max).")
+    value: Optional[Seconds] = Field(None, description="Constant: the time.")
+    low: Optional[Seconds] = Field(None, description="Uniform: shortest time.")
+    high: Optional[Seconds] = Field(None, description="Uniform: longest time.")
+    median: Optional[PositiveSeconds] = Field(None, description="Lognormal: median time.")
+    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = Field(
+        None, description="Lognormal: sigma of the underlying normal (ln(p99/p50)/2.326 from a published p50 and p99).")
+    max: Optional[PositiveSeconds] = Field(None, description="Longest time (draws are clipped).")
 
     @model_validator(mode="after")
     def _check(self):
@@ -84,14 +86,17 @@ LatencySpec = Annotated[Latency, BeforeValidator(_as_latency)]
 class CPUResource(Strict):
     """A pool of identical CPU cores shared by every stage that names it (FCFS for the first free core)."""
 
-    kind: Literal["cpu"]
-    cores: Count(MAX_CORES) = 1
+    kind: Literal["cpu"] = Field(description="cpu: a pool of cores; service: an external service; llm: a "
+                                             "serving deployment.")
+    cores: Count(MAX_CORES) = Field(1, description="Cores of the pool; a stage's work takes the first free one "
+                                                   "(first come, first served).")
 
 
 class ServiceResource(Strict):
     """An external service of unbounded concurrency: each call takes its stage's latency."""
 
-    kind: Literal["service"]
+    kind: Literal["service"] = Field(description="An external service of unbounded concurrency (a web search, a "
+                                                 "tool API): each call takes its stage's time.")
 
 
 class LLMResource(Strict):
@@ -99,11 +104,14 @@ class LLMResource(Strict):
     and request that names it. ``model``, ``hardware``, ``serving`` and ``parallel`` are those of a
     ``kind: llm`` scenario (catalog names or mappings); ``hardware`` defaults to the pipeline's."""
 
-    kind: Literal["llm"]
-    model: Union[str, dict] = "llama-3-8b"
-    hardware: Optional[Union[str, dict]] = None
-    serving: dict = {}
-    parallel: dict = {}
+    kind: Literal["llm"] = Field(description="An LLM serving deployment shared by the stages naming it.")
+    model: Union[str, dict] = Field("llama-3-8b", description="The deployment's model, as a kind: llm scenario's "
+                                                              "model (catalog name or mapping).")
+    hardware: Optional[Union[str, dict]] = Field(None, description="Its hardware, as a kind: llm scenario's "
+                                                                   "(null: the pipeline's hardware).")
+    serving: dict = Field({}, description="Its serving section, as a kind: llm scenario's (engine, batching, "
+                                          "prefix_caching ...).")
+    parallel: dict = Field({}, description="Its parallel section (tp, pp, replicas), as a kind: llm scenario's.")
     _scenario: Any = PrivateAttr(default=None)
 
     @property
@@ -129,27 +137,34 @@ RESOURCE_KINDS = ("cpu", "service", "llm")
 class StreamFrom(Strict):
     """Start when ``stage`` (one of ``after``) has emitted its first ``outputs`` items."""
 
-    stage: str
-    outputs: Count(1 << 20) = 1
+    stage: str = Field(description="The producer: one of this stage's after entries, a cpu or service stage.")
+    outputs: Count(1 << 20) = Field(1, description="Start when the producer has emitted this many outputs.")
 
 
 class StageSpec(Strict):
     """One stage of the request graph. Which keys it takes depends on its resource's kind
     (:data:`STAGE_KEYS`): ``time`` on cpu and service; tokens on llm."""
 
-    resource: str
-    after: list[str] = []
-    cache_hit_rate: Annotated[Number, Field(ge=0, le=1)] = 0.0
+    resource: str = Field(description="The resource (a key of resources) the stage runs on.")
+    after: list[str] = Field([], description="Stages that must end before this one starts.")
+    cache_hit_rate: Annotated[Number, Field(ge=0, le=1)] = Field(
+        0.0, description="Share of requests whose result of this stage is cached: a hit skips the stage.")
     # cpu / service
-    time: Optional[LatencySpec] = None
-    outputs: Count(1 << 20) = 1
-    stream_from: Optional[StreamFrom] = None
+    time: Optional[LatencySpec] = Field(None, description="cpu/service: time per request (a quantity, or a "
+                                                          "constant/uniform/lognormal mapping).")
+    outputs: Count(1 << 20) = Field(1, description="cpu/service: outputs the stage emits, evenly over its time "
+                                                   "(what a streaming consumer counts).")
+    stream_from: Optional[StreamFrom] = Field(None, description="cpu/service: start on a producer's first outputs "
+                                                                "instead of its end (the stage still ends after it).")
     # llm: the call's prompt is static_prefix_tokens + prompt_tokens (the part known only when the
     # stage starts: retrieved context, a tool's result)
-    prompt_tokens: Optional[TokenCount] = None
-    output_tokens: Optional[TokenCount] = None
-    static_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0
-    early_start: bool = False
+    prompt_tokens: Optional[TokenCount] = Field(None, description="llm: prompt tokens after the static prefix "
+                                                                  "(known when the stage starts).")
+    output_tokens: Optional[TokenCount] = Field(None, description="llm: tokens the call generates.")
+    static_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = Field(
+        0, description="llm: prompt tokens known when the request arrives (system prompt, history), before prompt_tokens.")
+    early_start: bool = Field(False, description="llm: prefill the static prefix by a warm-up call at the arrival; "
+                                                 "the call then hits it in the prefix cache.")
 
 
 STAGE_KEYS: dict[str, dict[str, frozenset]] = {
@@ -172,11 +187,14 @@ class PipelineWorkload(Strict):
     ``rate`` (gaps of coefficient of variation ``burstiness`` for gamma), all at once, or a closed
     loop of ``concurrency`` users each sending its next request when its last one completes."""
 
-    requests: Count(MAX_PIPELINE_REQUESTS) = 100
-    arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed"] = "poisson"
-    rate: Optional[Rate] = 1.0
-    burstiness: Annotated[Number, Field(ge=0.01, le=100)] = 1.0
-    concurrency: Optional[Count(1_000_000)] = None
+    requests: Count(MAX_PIPELINE_REQUESTS) = Field(100, description="Pipeline requests to simulate.")
+    arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed"] = Field(
+        "poisson", description="Arrival process (simulator.workloads.arrivals); closed: users send again on completion.")
+    rate: Optional[Rate] = Field(1.0, description="Open-loop arrival rate.")
+    burstiness: Annotated[Number, Field(ge=0.01, le=100)] = Field(
+        1.0, description="Gamma arrivals: coefficient of variation of the gaps.")
+    concurrency: Optional[Count(1_000_000)] = Field(None, description="Closed loop: users, each with one request "
+                                                                      "in flight.")
 
     @property
     def stages(self):
@@ -204,11 +222,15 @@ class PipelineScenario(ScenarioBase):
 
     kind: Literal["pipeline"] = "pipeline"
     name: str = "pipeline"
-    resources: Annotated[dict[str, Resource], Field(min_length=1, max_length=64)]
-    stages: Annotated[dict[str, StageSpec], Field(min_length=1, max_length=MAX_PIPELINE_STAGES)]
-    output: Optional[str] = None
-    workload: PipelineWorkload = PipelineWorkload()
-    max_sim_time: Optional[Annotated[float, Field(gt=0, le=1e8)]] = None
+    resources: Annotated[dict[str, Resource], Field(min_length=1, max_length=64)] = Field(
+        description="Shared resources by name: cpu pools, services, llm deployments.")
+    stages: Annotated[dict[str, StageSpec], Field(min_length=1, max_length=MAX_PIPELINE_STAGES)] = Field(
+        description="The request graph: stage name -> its resource, the stages it waits for and its figures.")
+    output: Optional[str] = Field(None, description="The stage whose result reaches the client (its first output "
+                                                    "is the TTFT); null: the graph's only sink.")
+    workload: PipelineWorkload = Field(PipelineWorkload(), description="How pipeline requests arrive.")
+    max_sim_time: Optional[Horizon] = Field(None, description="Stop the simulation at this simulated time (null: "
+                                                              "when all requests finish).")
 
     @model_validator(mode="before")
     @classmethod

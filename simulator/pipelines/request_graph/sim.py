@@ -41,15 +41,14 @@ class PlannedStage:
 
 def plan(sc: PipelineScenario) -> list[PlannedStage]:
     """The stages the run executes, in topological order: the scenario's own, each preceded by the
-    stages its kind adds (``early_start`` adds ``<stage>:prefix``, an entry stage it waits for)."""
+    stages its kind adds (``early_start`` adds ``<stage>:prefix``, an entry stage of its own: the
+    warm-up call at the arrival, which the stage does not wait for; ``llm_stage`` says why)."""
     planned: dict[str, PlannedStage] = {}
     for name, st in sc.stages.items():
-        after = list(st.after)
-        if getattr(st, "early_start", False):
+        if st.early_start:
             pre = f"{name}:prefix"
             planned[pre] = PlannedStage(pre, st, st.resource, [], role="prefix", of=name)
-            after.append(pre)
-        planned[name] = PlannedStage(name, st, st.resource, after)
+        planned[name] = PlannedStage(name, st, st.resource, list(st.after))
     order = topological_order({n: p.after for n, p in planned.items()})
     return [planned[n] for n in order]
 
