@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, model_validator
 
 from ..errors import ConfigError
 from .models import MAX_CONTEXT, ScenarioBase, Strict, TokenCount, upper_tokens
@@ -43,13 +43,6 @@ def _suggest(word: str, options) -> str:
 
 
 # ---- stage latency ---------------------------------------------------------------------------
-
-
-def _as_latency(value):
-    """A bare quantity (``"5 ms"``, ``0.005``) is a constant latency."""
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return {"dist": "constant", "value": value}
-    return value
 
 
 class Latency(Strict):
@@ -77,7 +70,14 @@ class Latency(Strict):
         return self
 
 
-LatencySpec = Annotated[Latency, BeforeValidator(_as_latency)]
+def _latency_branch(value) -> str:
+    return "distribution" if isinstance(value, (dict, Latency)) else "float"
+
+
+# A quantity (``"5 ms"``: a constant), or a distribution mapping; the branch is chosen by the
+# input's type, so an error inside a mapping is reported as that mapping's.
+LatencySpec = Annotated[Union[Annotated[Seconds, Tag("float")], Annotated[Latency, Tag("distribution")]],
+                        Discriminator(_latency_branch)]
 
 
 # ---- resources -------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ from .llm_stage import LLMStage
 
 
 def sample_latency(spec, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` draws (s) of a :class:`~simulator.config.pipeline_models.Latency`."""
+    """``n`` draws (s) of a time: a constant (a number) or a :class:`~simulator.config.pipeline_models.Latency`."""
+    if isinstance(spec, (int, float)):
+        return np.full(n, float(spec))
     if spec.dist == "constant":
         out = np.full(n, spec.value)
     elif spec.dist == "uniform":
