@@ -27,6 +27,7 @@ from pydantic import Discriminator, Field, PrivateAttr, Tag, model_validator
 from ..errors import ConfigError
 from .models import MAX_CONTEXT, ScenarioBase, Strict, TokenCount, upper_tokens
 from .quantities import Count, Horizon, Number, PositiveSeconds, Rate, Seconds
+from .stage_graph import check_graph
 
 MAX_PIPELINE_STAGES = 256
 """Most stages one request graph may hold (an agent loop of 50 turns has ~150)."""
@@ -243,8 +244,6 @@ class PipelineScenario(ScenarioBase):
 
     @model_validator(mode="after")
     def _check_graph(self):
-        from ..pipelines.request_graph.graph import check_graph  # pure functions over names
-
         for name, st in self.stages.items():
             self._check_stage(name, st)
         check_graph({n: list(s.after) for n, s in self.stages.items()}, path="stages")
@@ -334,9 +333,6 @@ class PipelineScenario(ScenarioBase):
                                 "output_tokens": output}}
             try:
                 sc = load_scenario(raw)
-                from ..pipelines.llm.serving import check_parallel
-
-                check_parallel(sc)
             except ConfigError as exc:
                 path = exc.path or ""
                 if path.startswith("workload."):  # the longest call of a stage on this resource

@@ -16,11 +16,12 @@ import numpy as np
 import simpy
 
 from ...config.pipeline_models import PipelineScenario
+from ...config.stage_graph import topological_order
+from ...errors import ConfigError
 from ...observe.result import Result
 from ...observe.spans import SpanRecorder
 from ...workloads.arrivals import open_loop_arrivals
 from ..health import was_cut
-from .graph import topological_order
 from .resources import RESOURCES
 from .stages import STAGE_KINDS
 
@@ -145,8 +146,23 @@ class Run:
                 self.on_done(rid)
 
 
+def check(sc: PipelineScenario) -> None:
+    """What the layouts decide before simulating: each llm resource's parallel layout
+    (``pipelines.llm.serving.check_parallel``), reported at the resource's keys."""
+    from ..llm.serving import check_parallel
+
+    for name, res in sc.resources.items():
+        if res.kind == "llm":
+            try:
+                check_parallel(res.scenario)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, path=f"resources.{name}.{exc.path}" if exc.path else
+                                  f"resources.{name}") from None
+
+
 def simulate(sc: PipelineScenario) -> Result:
     """Run every request of a pipeline scenario through its graph; returns the Result."""
+    check(sc)
     from .report import build_result  # the frames and the summary
 
     env = simpy.Environment()

@@ -1,12 +1,14 @@
-"""The request graph as names: topological order and the checks a graph must pass.
+"""A request pipeline's graph as names: topological order and the checks a graph must pass.
 
-Pure functions over ``{stage: [stages it waits for]}``, so the scenario model can check a graph
-before anything is built. A cycle is reported by naming it (``a -> b -> a``).
+Pure functions over ``{stage: [stages it waits for]}``, in the config layer so the scenario model
+(``pipeline_models``) checks a graph before anything is built and the simulation
+(``pipelines.request_graph``) orders its stages with the same code. A cycle is reported by naming
+it (``a -> b -> a``).
 """
 
 from __future__ import annotations
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 
 
 def find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
