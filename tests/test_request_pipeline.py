@@ -243,3 +243,23 @@ def test_the_built_in_examples_run(name):
     r = run(path, {"workload.requests": 12, "record_spans": False})
     assert r.summary["status"] == "ok" and r.summary["requests_completed"] == 12
     np.testing.assert_allclose(r.breakdown.drop(columns="e2e_s").sum(axis=1), r.breakdown["e2e_s"], rtol=1e-12)
+
+
+def _small_llm_run(**over):
+    raw = {"a": {"resource": "host", "time": "10 ms"},
+           "g": {"resource": "llm", "after": ["a"], "prompt_tokens": 100, "output_tokens": 20}}
+    raw["g"].update(over.pop("g", {}))
+    return simulate(scenario(raw, resources={"host": {"kind": "cpu"}, "llm": {"kind": "llm", "model": {
+        "base": "llama-3-8b", "layers": 2}}}, workload={"requests": 30, "arrival": "poisson", "rate": "5/s"}, **over))
+
+
+def test_a_run_cut_by_max_sim_time_says_so():
+    s = _small_llm_run(max_sim_time="2 s").summary
+    assert s["status"] == "truncated" and 0 < s["requests_completed"] < 30 and s["llm"]["llm"]["calls"] == 30
+
+
+def test_an_llm_stage_that_always_hits_its_cache_makes_no_call():
+    r = _small_llm_run(g={"cache_hit_rate": 1.0})
+    assert r.summary["status"] == "ok" and r.summary["llm"]["llm"]["calls"] == 0
+    np.testing.assert_allclose(r.requests["e2e_s"], r.requests["a.time_s"], rtol=0, atol=1e-12)
+    assert "llm llm: 0/0 calls" in format_summary(r)

@@ -325,7 +325,7 @@ class PipelineScenario(ScenarioBase):
             raw = {"kind": "llm", "name": f"{self.name}/{rname}", "seed": self.seed, "dtype": self.dtype,
                    "model": res.model, "serving": dict(res.serving), "parallel": dict(res.parallel),
                    "hardware": res.hardware if res.hardware is not None else self.hardware.model_dump(mode="json"),
-                   "record_spans": self.record_spans,
+                   "record_spans": self.record_spans, "max_sim_time": self.max_sim_time,
                    # closed-form decode runs need the next arrival known ahead (an open loop); a
                    # pipeline's calls arrive when their stages become ready, so steps run one by one
                    "coalesce_decode": False,

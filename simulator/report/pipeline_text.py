@@ -29,6 +29,13 @@ def format_pipeline(result) -> str:
         lines.append(f"  {name:<18} {st['resource']:<12} {st['ran']:>6} {st['cache_hits']:>6} "
                      f"{_n(st['time_ms']['p50'], '9.2f')} {_n(st['time_ms']['p99'], '9.2f')} "
                      f"{_n(st['wait_ms']['mean'], '9.2f')} {_pct(st['critical'], 8)}")
+    for rname, llm in (s.get("llm") or {}).items():
+        share = llm["breakdown_share"] or {}
+        top = ", ".join(f"{c} {_pct(v)}" for c, v in share.items() if v)
+        lines += ["", f"  llm {rname}: {llm['calls_completed']}/{llm['calls']} calls; TTFT p50 "
+                      f"{_n((llm['ttft_ms'] or {}).get('p50'), '.2f')} ms, E2E p50 {_n((llm['e2e_ms'] or {}).get('p50'), '.1f')} ms"
+                      + (f"; prefix-cache hits {llm['prefix_hit_tokens']:,} tokens" if llm["prefix_hit_tokens"] else ""),
+                  f"    its calls' time: {top or '-'}; last mile {_pct(llm['last_mile_share'])}"]
     lines += ["", "  critical paths:"]
     for cp in s["critical_paths"]:
         lines.append(f"    {_pct(cp['share'], 6)}  {cp['path']}")

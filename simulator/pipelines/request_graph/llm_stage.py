@@ -119,6 +119,12 @@ class LLMDeployment:
         self.system = build_serving(run.env, sc, specs, kv_blocks, memory, self.recorder, cost=cost)
         self.system.finish_callbacks.append(self._finished)
 
+    def track(self, track: str) -> str:
+        """A deployment's track under this resource's name, its kind prefix kept (``cpu:llm/engine0``,
+        ``link:llm/gpu0.pcie.tx``, ``llm/gpu0``) so the trace groups it with its kind."""
+        kind, sep, rest = track.partition(":")
+        return f"{kind}:{self.name}/{rest}" if sep else f"{self.name}/{track}"
+
     def call(self, rid: int, s: int) -> None:
         self.system.arrive(int(self.calls[rid, s]))
 
@@ -131,7 +137,7 @@ class LLMDeployment:
     def outcome(self, cut: bool) -> dict:
         """What the run reports of this deployment: its calls' own summary (TTFT, TPOT, E2E of the
         calls, the eight LLM categories, the last mile), each call's breakdown by category, and its
-        spans and busy time with tracks named ``<resource>/<track>``."""
+        spans and busy time with its tracks under the resource's name (:meth:`track`)."""
         res = self.system.result(cut)
         s = res.summary
         caches = [e.sched.cache for e in self.system.engines if e.sched.cache is not None]
@@ -140,6 +146,6 @@ class LLMDeployment:
                  "breakdown_share": s.get("breakdown_share"), "last_mile_share": s.get("last_mile_share"),
                  "prefix_hit_tokens": int(sum(c.hit_tokens for c in caches)) if caches else None}
         spans = res.spans.copy()
-        spans["track"] = f"{self.name}/" + spans["track"].astype(str)
-        busy = {f"{self.name}/{k}": v for k, v in self.recorder.busy.items()}
+        spans["track"] = [self.track(t) for t in spans["track"].astype(str)]
+        busy = {self.track(k): v for k, v in self.recorder.busy.items()}
         return {"summary": block, "breakdown": res.breakdown, "spans": spans, "busy": busy}

@@ -35,24 +35,30 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
     ttft = np.where(done, run.first[:, out] - run.arrival, np.nan)
     path_names = [" > ".join(names[s] for s in p) for p in paths]
 
-    req = {"request": np.arange(run.n), "arrival_s": run.arrival, "ttft_s": ttft, "e2e_s": e2e,
-           "critical_path": path_names}
-    for s, name in enumerate(names):
-        req[f"{name}.wait_s"] = run.start[:, s] - run.ready[:, s]
-        req[f"{name}.time_s"] = run.end[:, s] - run.ready[:, s]
-        req[f"{name}.cache_hit"] = run.hit[:, s]
+    # a stage's wait for its resource: for a core, start - ready; for an llm call, its engine queue
+    wait = run.start - run.ready
+    llm_cats: dict[str, np.ndarray] = {}
     outcomes = {name: res.outcome(cut) for name, res in run.resources.items() if hasattr(res, "outcome")}
     for rname, oc in outcomes.items():  # each llm stage's call, by the serving's eight categories
         calls = run.resources[rname].calls
         cats = oc["breakdown"].reindex(range(run.resources[rname].system.table.n))
+        table = cats.to_numpy(dtype=float)
         for s, name in enumerate(names):
             if run.stages[s].resource == rname:
-                picked = cats.to_numpy()[np.maximum(calls[:, s], 0)]
-                picked[calls[:, s] < 0] = np.nan
+                picked = np.full((run.n, len(cats.columns)), np.nan)
+                made = calls[:, s] >= 0  # a cache hit made no call
+                picked[made] = table[calls[made, s]]
                 for j, c in enumerate(cats.columns):
                     if c != "e2e_s":
-                        req[f"{name}.{c}_s"] = picked[:, j]
-    requests = pd.DataFrame(req).set_index("request")
+                        llm_cats[f"{name}.{c}_s"] = picked[:, j]
+                wait[:, s] = np.where(made, picked[:, list(cats.columns).index("queue")], wait[:, s])
+    req = {"request": np.arange(run.n), "arrival_s": run.arrival, "ttft_s": ttft, "e2e_s": e2e,
+           "critical_path": path_names}
+    for s, name in enumerate(names):
+        req[f"{name}.wait_s"] = wait[:, s]
+        req[f"{name}.time_s"] = run.end[:, s] - run.ready[:, s]
+        req[f"{name}.cache_hit"] = run.hit[:, s]
+    requests = pd.DataFrame({**req, **llm_cats}).set_index("request")
     bd = pd.DataFrame(charge[done], columns=names, index=pd.Index(np.flatnonzero(done), name="request"))
     bd["e2e_s"] = e2e[done]
 
@@ -66,7 +72,7 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
             "resource": p.resource, "kind": sc.resources[p.resource].kind, "role": p.role,
             "ran": int(ran.sum()), "cache_hits": int((done & run.hit[:, s]).sum()),
             "time_ms": stats((run.end[:, s] - run.ready[:, s])[ran], 1e3),
-            "wait_ms": stats((run.start[:, s] - run.ready[:, s])[ran], 1e3),
+            "wait_ms": stats(wait[ran, s], 1e3),
             "critical": _share(on_path[s], completed),
         }
     counts = Counter(p for p, d in zip(path_names, done) if d)
