@@ -11,7 +11,7 @@ that names them, so stages on one resource contend:
   ``time`` is its latency and nothing queues;
 - ``llm``: a model served by the LLM serving stack (engine, frontend, last mile) of ``kind: llm``,
   built from this resource's ``model``/``hardware``/``serving``/``parallel`` (see
-  ``simulator.pipelines.request_graph.stages``).
+  ``simulator.pipelines.request_graph.llm_stage``).
 
 Bad graphs are one-line ConfigErrors naming the key: a cycle (named stage by stage), a stage
 naming a missing resource or dependency (with a did-you-mean suggestion), no sink.

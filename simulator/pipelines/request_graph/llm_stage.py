@@ -16,7 +16,12 @@ static prefix is the request's own (its conversation history), so it is shared b
 the call of that request only; a prefix shared by all requests (a system prompt) is plain prefix
 caching. Only full ``block_size`` units of the prefix are reusable, as in vLLM, whose block hashes
 cover full blocks. The call does not wait for the warm-up: if it arrives first, the engine finds
-whatever the warm-up has allocated by then (vLLM caches blocks as they are allocated).
+whatever the warm-up has allocated by then (vLLM caches blocks as they are allocated). Each
+replica has its own prefix cache: with several replicas, route with ``serving.router:
+prefix_affinity`` so that the call reaches the replica its warm-up ran on.
+
+Closed-form decode runs (``coalesce_decode``) are off in these deployments: they need the next
+arrival known ahead, and a pipeline's calls arrive when their stages become ready.
 """
 
 from __future__ import annotations

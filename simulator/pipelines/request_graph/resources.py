@@ -3,7 +3,7 @@
 A resource is built once per run and shared by every request and every stage that names it, so
 stages on one resource contend for it. ``cpu`` and ``service`` book a stage's time in closed form
 (start and end known when the work is submitted, like ``hardware.cpu``'s FIFO clocks); ``llm``
-(``stages.LLMDeployment``) feeds calls to a serving deployment that lives in the same SimPy env.
+(``llm_stage.LLMDeployment``) feeds calls to a serving deployment that lives in the same SimPy env.
 """
 
 from __future__ import annotations

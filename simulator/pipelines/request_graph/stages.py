@@ -36,7 +36,7 @@ class TimedStage:
     A consumer that streams from it (``stream_from: {stage, outputs: k}``) becomes ready when item
     k is out, and cannot end before this stage ends (it has the last item to consume): the run
     holds its end to this stage's. The stage's time on the request's clock includes its queue
-    wait for a core (``queue`` in the request table)."""
+    wait for a core (``<stage>.wait_s`` in the request table)."""
 
     def __init__(self, run, index: int, stage, n: int, rng: np.random.Generator):
         self.run, self.index, self.name, self.spec = run, index, stage.name, stage.spec
