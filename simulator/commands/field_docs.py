@@ -148,6 +148,10 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.router": ("How requests are spread over replicas: in turn, fewest unfinished requests, fewest KV "
                        "blocks in use, the longest cached prefix while loads are balanced (SGLang's cache-aware "
                        "router), or by session id."),
+    "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
+                           "to CPU memory over the host link and loaded back instead of recomputed."),
+    "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",
+    "KVOffload.link": "The link the copies cross (links catalog name or mapping); unset: the GPU's host link.",
     "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
                                "blocks are reused, a prefill computes only the uncached suffix, idle cached "
                                "blocks are evicted least recently used. Needs prompts with prefix identity."),
@@ -156,6 +160,16 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",
     "Serving.response_header_bytes": "Bytes of each response's headers.",
     "LLMScenario.workload": "Who sends what, when.",
+    "LLMScenario.disaggregation": ("Prefill/decode disaggregation: prompts on the prefill pool, their KV cache "
+                                   "sent over kv_link to a decode replica that generates every token."),
+    "Disaggregation.prefill": "The prefill pool.",
+    "Disaggregation.decode": "The decode pool.",
+    "Disaggregation.kv_link": ("The link the KV cache crosses (links catalog name or mapping: nvlink inside a node, "
+                               "ib-400g/roce between nodes); unset: the topology's route between the GPUs."),
+    "Disaggregation.transfer": ("whole: the KV is sent after the prefill; layerwise: each layer's KV as it is "
+                                "computed, overlapped with the prefill."),
+    "Pool.replicas": "Engine replicas in the pool.",
+    "Pool.tp": "Tensor parallelism of each replica in the pool.",
     "Workload.requests": "Requests to simulate.",
     "Workload.arrival": "Arrival process: open-loop poisson/gamma/constant at rate, all at once, "
                         "closed loop at a concurrency, or a CSV trace.",

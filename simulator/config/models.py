@@ -208,6 +208,27 @@ class LLMParallel(Strict):
     replicas: Count(10_000) = 1
 
 
+class Pool(Strict):
+    """One pool of a disaggregated deployment: its engine replicas and their tensor parallelism."""
+
+    replicas: Count(10_000) = 1
+    tp: Count(1024) = 1
+
+
+class Disaggregation(Strict):
+    """Prefill/decode disaggregation (DistServe, Splitwise, Mooncake; vLLM's and SGLang's P/D modes):
+    prompts are computed on the prefill pool, their KV cache crosses ``kv_link`` (a links catalog
+    name or mapping; None: the topology's route between the two GPUs) to a decode replica, which
+    generates every output token. ``transfer``: the whole KV after the prefill, or layer by layer
+    as each layer is computed (overlapped with the prefill, as Mooncake's transfer engine and vLLM's
+    NIXL connector stream it)."""
+
+    prefill: Pool = Pool()
+    decode: Pool = Pool()
+    kv_link: Optional[LinkSpec] = None
+    transfer: Literal["whole", "layerwise"] = "layerwise"
+
+
 class EngineProfile(Strict):
     """A named serving stack (``serving.engine``): what it is, the CPU costs it runs with (a
     ``cpus`` catalog entry, plus ``costs`` over it) and the serving defaults it sets. The loader
@@ -221,6 +242,14 @@ class EngineProfile(Strict):
     serving: dict = {}
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
+
+
+class KVOffload(Strict):
+    """A host-memory tier for KV blocks (vLLM's CPU offloading, LMCache, SGLang HiCache): evicted
+    prefix blocks and preempted requests' KV are copied there and back instead of recomputed."""
+
+    capacity: Bytes
+    link: Optional[LinkSpec] = None
 
 
 class Serving(Strict):
@@ -240,6 +269,7 @@ class Serving(Strict):
     gpu_memory_utilization: Fraction = 0.9
     router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "session_affinity"] = "round_robin"
     prefix_caching: bool = False
+    kv_offload: Optional[KVOffload] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
@@ -410,6 +440,23 @@ class LLMScenario(ScenarioBase):
     slo: SLO = SLO()
     max_sim_time: Optional[Horizon] = None
     coalesce_decode: bool = True
+    disaggregation: Optional[Disaggregation] = None
+
+    @model_validator(mode="after")
+    def _pools_own_their_parallelism(self):
+        """With disaggregation each pool sets its replicas and TP; ``parallel`` must not say otherwise."""
+        if self.disaggregation is None:
+            return self
+        p = self.parallel
+        for key in ("replicas", "tp", "pp"):
+            if getattr(p, key) != 1:
+                raise ConfigError(f"parallel.{key}={getattr(p, key)} with disaggregation: set replicas and tp in "
+                                  "disaggregation.prefill and disaggregation.decode (pipeline parallelism is not "
+                                  "modelled in the pools)", path=f"parallel.{key}")
+        if self.serving.api_server_process == "engine":
+            raise ConfigError("api_server_process: engine has no meaning with disaggregation (requests enter "
+                              "the prefill pool and leave the decode pool); use own", path="serving.api_server_process")
+        return self
 
     @model_validator(mode="after")
     def _multi_step_needs_outputs_in_bulk(self):
