@@ -24,6 +24,7 @@ class Copies:
         self.loads: list[tuple[int, float]] = []
         self.pending = []
         self.wake = None
+        self.write_through = False
 
     def unit_evicted(self, key, blocks):
         self.out.append(self.tier.store(key, blocks))
@@ -73,6 +74,17 @@ def test_an_evicted_prefix_unit_goes_to_host_memory_and_a_later_hit_loads_it():
     assert s.schedule() is None and copies.loads == [(2, 4.0)]
     copies.pending.pop()()
     assert step(s).chunks == [(2, 63, 1)]  # loaded, not recomputed: the last token only
+
+
+def test_write_through_copies_each_prefix_unit_out_once_when_it_is_cached():
+    t = table([64, 64])
+    t.prefix = Ids([[1, 2], [1, 2]])
+    copies = Copies(capacity=1e9)
+    copies.write_through = True
+    s = Scheduler(t, settings(4096), 100, PrefixCache(t.prefix, 16), offload=copies)
+    s.waiting.extend([0, 1])
+    step(s)
+    assert copies.out == [2.0, 2.0]  # units 1 and 2, copied when request 0 allocated them; request 1 hit them
 
 
 def test_a_full_tier_drops_its_least_recently_used_entries():

@@ -151,6 +151,8 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
                            "to CPU memory over the host link and loaded back instead of recomputed."),
     "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",
+    "KVOffload.policy": ("write_through: every cached prefix block is copied out when computed (vLLM's offloading "
+                         "connector, LMCache); write_back: only blocks the GPU cache evicts (SGLang HiCache option)."),
     "KVOffload.link": "The link the copies cross (links catalog name or mapping); unset: the GPU's host link.",
     "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
                                "blocks are reused, a prefill computes only the uncached suffix, idle cached "

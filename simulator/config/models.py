@@ -250,6 +250,7 @@ class KVOffload(Strict):
 
     capacity: Bytes
     link: Optional[LinkSpec] = None
+    policy: Literal["write_through", "write_back"] = "write_through"
 
 
 class Serving(Strict):

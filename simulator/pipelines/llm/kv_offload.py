@@ -7,7 +7,10 @@ The mechanism follows vLLM's KV offloading (``OffloadingConnector`` with its CPU
 the GPU are stored in a host-memory LRU; a new request whose prefix is found there loads it with
 an asynchronous H2D copy and waits (``WAITING_FOR_REMOTE_KVS``) while other requests run; then
 it prefills only what is left. LMCache and SGLang's HiCache keep a host tier the same way.
-Preemption by swapping (vLLM V0's ``PreemptionMode.SWAP``) copies a preempted request's KV out and
+What is copied out: every prefix unit as soon as it is cached on the GPU (``write_through``, as
+vLLM's offloading connector and LMCache store computed blocks) or only the units the GPU cache
+evicts (``write_back``, one of SGLang HiCache's write policies); a later request that misses on
+the GPU but finds its prefix in host memory loads it. Preemption by swapping (vLLM V0's ``PreemptionMode.SWAP``) copies a preempted request's KV out and
 back in, where recompute would prefill it again.
 
 Copies run on the shared Fabric over the GPU's host route (``Topology.host_route``), so they
@@ -93,13 +96,15 @@ class Offloader:
     copies back in (the request waits for them), as flows on ``route`` (ports, latency) of the
     replica's first GPU."""
 
-    def __init__(self, env, fabric, out_route, in_route, tier: HostTier):
+    def __init__(self, env, fabric, out_route, in_route, tier: HostTier, write_through: bool = True):
         self.env, self.fabric, self.tier = env, fabric, tier
+        self.write_through = write_through
         self.out_route, self.in_route = out_route, in_route
         self.wake = None  # the engine's wake-up, set by the engine
 
     def unit_evicted(self, key: int, blocks: int) -> None:
-        """A prefix unit left the GPU cache: keep it in host memory."""
+        """A prefix unit was computed (write-through) or left the GPU cache (write-back): keep it
+        in host memory (a unit held there already is not copied again)."""
         self._copy_out(self.tier.store(key, blocks), f"offload unit {key}")
 
     def swap_out(self, rid: int, blocks: int, tokens: int) -> None:

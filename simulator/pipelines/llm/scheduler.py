@@ -85,6 +85,8 @@ class Scheduler:
         self.loading: set[int] = set()
         if offload is not None and cache is not None:
             cache.on_evict = offload.unit_evicted
+            if offload.write_through:
+                cache.on_register = offload.unit_evicted
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self._run_arr: np.ndarray | None = None

@@ -383,7 +383,8 @@ def _offloader(env, sv, topo: Topology, plan: PoolPlan, gpu: int) -> Offloader |
         return None
     link = LinkParams.from_spec(off.link) if off.link is not None else None
     tier = HostTier(off.capacity, plan.cost.kv_bytes_per_token_per_gpu() * sv.block_size)
-    return Offloader(env, topo.fabric, topo.offload_route(gpu, "tx", link), topo.offload_route(gpu, "rx", link), tier)
+    return Offloader(env, topo.fabric, topo.offload_route(gpu, "tx", link), topo.offload_route(gpu, "rx", link), tier,
+                     off.policy == "write_through")
 
 
 def _handoff(env, scenario, topo: Topology, table: RequestTable, plans: list[PoolPlan], decode: list) -> KVHandoff:
