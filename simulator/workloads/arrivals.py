@@ -21,15 +21,19 @@ import numpy as np
 
 from ..config.trace import fit_to_context, read_trace, repeated_arrivals, repeated_rows
 from ..errors import ConfigError
+from .prefix import PrefixIds
 
 
 @dataclass
 class RequestSpecs:
-    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens."""
+    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens, and
+    the ids of its prompt's blocks where the workload says which prompts share a prefix (None where it
+    does not: every prompt is then taken as unique)."""
 
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    prefix: PrefixIds | None = None
 
     def __len__(self) -> int:
         return len(self.prompt)
