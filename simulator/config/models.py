@@ -402,7 +402,11 @@ class Workload(Strict):
 
     With ``stages`` the run plays a load profile: the stages back to back, each at its own rate
     (gaps drawn from ``arrival``), so a later stage starts on a server the earlier ones loaded;
-    ``requests`` is then the stages' total and ``rate`` is unused (null)."""
+    ``requests`` is then the stages' total and ``rate`` is unused (null).
+
+    Prompts may carry prefix identity (which leading blocks they share with earlier prompts, for
+    prefix caching): a ``.jsonl`` trace's ``hash_ids``, ``prefix`` (shared system prompts) or
+    ``sessions`` (multi-turn histories); see simulator/workloads/prefix.py."""
 
     requests: Count(MAX_REQUESTS) = 200
     arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed", "trace"] = "poisson"
@@ -443,7 +447,7 @@ class Workload(Strict):
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival 'closed' needs workload.concurrency")
         if self.arrival == "trace" and not self.trace:
-            raise ValueError("arrival 'trace' needs workload.trace (a CSV path)")
+            raise ValueError("arrival 'trace' needs workload.trace (a .csv or .jsonl path)")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
             raise ValueError(f"arrival '{self.arrival}' needs workload.rate")
         return self
