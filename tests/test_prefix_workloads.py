@@ -13,7 +13,7 @@ from simulator.config.loader import load_scenario
 from simulator.config.trace import read_trace
 from simulator.errors import ConfigError
 from simulator.workloads.arrivals import make_requests, open_loop_arrivals
-from simulator.workloads.prefix import PrefixIds, stream_ids
+from simulator.workloads.prefix import PrefixIds, stream_ids, trace_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -50,8 +50,10 @@ def test_jsonl_rows_timestamps_in_ms_become_seconds(tiny_jsonl):
     assert rows.arrived_at.tolist() == [0.0, 1.5, 1.5, 4.0]
     assert rows.num_prefill_tokens.tolist() == [1000, 1300, 400, 1100]
     assert rows.num_decode_tokens.tolist() == [5, 6, 7, 8]
-    assert rows.prefix.unit == 512
-    assert [rows.prefix.of(i).tolist() for i in range(4)] == [h for *_, h in LINES]
+    prefix = trace_ids(rows)
+    assert prefix.unit == 512
+    assert [prefix.of(i).tolist() for i in range(4)] == [h for *_, h in LINES]
+    assert trace_ids(rows.head(2)).ids.tolist() == [1, 2, 1, 2, 3]
 
 
 def test_jsonl_time_scale_limit_and_ids_follow_the_rows(tiny_jsonl):
@@ -149,7 +151,7 @@ def test_mooncake_conversation_reuse_is_its_repeated_blocks(name, blocks, distin
     path = SHARED / "traces" / f"mooncake_{name}.jsonl"
     if not path.is_file():
         pytest.skip("../shared/traces is not beside the checkout")
-    prefix = read_trace(path).prefix
+    prefix = trace_ids(read_trace(path))
     assert prefix.ids.size == blocks and np.unique(prefix.ids).size == distinct
     assert prefix.reuse() == (blocks - distinct) / blocks
 

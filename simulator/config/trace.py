@@ -4,7 +4,8 @@ bad row is a one-line error before any run.
 Two formats, chosen by the file's extension: CSV (``arrived_at`` in s, ``num_prefill_tokens``,
 ``num_decode_tokens``: the Splitwise/Vidur traces) and JSON lines (``.jsonl``: the Mooncake traces,
 one object per line with ``timestamp`` in ms, ``input_length``, ``output_length`` and ``hash_ids``,
-the ids of the prompt's 512-token blocks, which become the rows' :class:`PrefixIds`)."""
+the ids of the prompt's 512-token blocks, which the workload turns into
+:class:`~simulator.workloads.prefix.PrefixIds`)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..workloads.prefix import MOONCAKE_BLOCK_TOKENS, PrefixIds
 from .models import MAX_CONTEXT
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 JSONL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 """The keys of each line of a Mooncake trace (kvcache-ai/Mooncake FAST25-release/README.md)."""
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` entry of the Mooncake traces: "The block size is 512 tokens"
+(kvcache-ai/Mooncake FAST25-release/README.md, commit 3b5a5941)."""
 JSONL_TIME_UNIT = 1e-3
 """Seconds per ``timestamp`` unit of a JSON-lines trace: Mooncake's are milliseconds from the start
 ("the timing of request arrivals" of the FAST25 release; its one-hour conversation trace ends at
@@ -58,8 +61,10 @@ class TraceRows:
     arrived_at: np.ndarray
     num_prefill_tokens: np.ndarray
     num_decode_tokens: np.ndarray
-    prefix: PrefixIds | None = None
-    """Block ids of each row's prompt (JSON-lines traces); None for a CSV trace."""
+    hash_offsets: np.ndarray | None = None
+    """JSON-lines traces: row i's prompt block ids are ``hash_ids[hash_offsets[i]:hash_offsets[i + 1]]``
+    (blocks of :data:`MOONCAKE_BLOCK_TOKENS`); None for a CSV trace."""
+    hash_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrived_at)
@@ -69,8 +74,11 @@ class TraceRows:
 
     def head(self, n: int | None) -> "TraceRows":
         """The first ``n`` rows (all for None), as copies."""
-        prefix = None if self.prefix is None else self.prefix.head(n)
-        return TraceRows(*(self[c][:n].copy() for c in COLUMNS), prefix)
+        columns = [self[c][:n].copy() for c in COLUMNS]
+        if self.hash_offsets is None:
+            return TraceRows(*columns)
+        offsets = self.hash_offsets[:None if n is None else n + 1].copy()
+        return TraceRows(*columns, offsets, self.hash_ids[:offsets[-1]].copy())
 
 
 def _read_columns(p: Path) -> tuple[list[list[str]], int]:
@@ -171,9 +179,11 @@ def _read_jsonl(p: Path) -> TraceRows:
     if row is not None:
         raise fail(lines[row], f"timestamp must be at most {MAX_TRACE_SECONDS:g} s (about 3 years), "
                                f"got {arrivals[row]:g} s")
-    prefix = PrefixIds.from_lists(MOONCAKE_BLOCK_TOKENS, hashes)
-    out = TraceRows(arrivals, np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64), prefix)
-    for array in (out.arrived_at, out.num_prefill_tokens, out.num_decode_tokens, prefix.offsets, prefix.ids):
+    offsets = np.zeros(len(hashes) + 1, dtype=np.int64)
+    np.cumsum([len(h) for h in hashes], out=offsets[1:])
+    ids = np.fromiter((x for h in hashes for x in h), dtype=np.int64, count=int(offsets[-1]))
+    out = TraceRows(arrivals, np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64), offsets, ids)
+    for array in (out.arrived_at, out.num_prefill_tokens, out.num_decode_tokens, offsets, ids):
         array.flags.writeable = False  # shared by the cache: callers get copies
     return out
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config.trace import fit_to_context, read_trace, repeated_arrivals, repeated_rows
 from ..errors import ConfigError
-from .prefix import PrefixIds
+from .prefix import PrefixIds, trace_ids
 from .sessions import draw_sessions, synthetic_ids
 
 
@@ -182,7 +182,7 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     prefix = None
     if workload.trace:
         df = read_trace(workload.trace, limit=workload.requests)
-        prompt, output, at, prefix = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at, df.prefix
+        prompt, output, at, prefix = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at, trace_ids(df)
         n = len(df)
         if getattr(workload, "trace_repeat", False) and workload.requests > n:
             # Replayed again and again: request i is row i mod rows (config.trace.repeated_rows); each

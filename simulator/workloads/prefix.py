@@ -18,9 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MOONCAKE_BLOCK_TOKENS = 512
-"""Tokens per ``hash_ids`` entry of the Mooncake traces: "The block size is 512 tokens"
-(kvcache-ai/Mooncake FAST25-release/README.md, commit 3b5a5941)."""
+from ..config.trace import MOONCAKE_BLOCK_TOKENS, TraceRows
 
 
 def blocks_of(prompt: np.ndarray, unit: int) -> np.ndarray:
@@ -144,6 +142,14 @@ class PrefixIds:
         offsets = np.zeros(len(self) + 1, dtype=np.int64)
         np.cumsum(keep, out=offsets[1:])
         return PrefixIds(self.unit, offsets, self.ids[pos < np.repeat(keep, lengths)])
+
+
+def trace_ids(rows: TraceRows) -> PrefixIds | None:
+    """The prefix ids of a trace's rows: a JSON-lines trace's ``hash_ids`` (blocks of
+    :data:`~simulator.config.trace.MOONCAKE_BLOCK_TOKENS`); None for a CSV trace."""
+    if rows.hash_offsets is None:
+        return None
+    return PrefixIds(MOONCAKE_BLOCK_TOKENS, rows.hash_offsets, rows.hash_ids)
 
 
 def stream_ids(stream: np.ndarray, prompt: np.ndarray, unit: int, shared_blocks: np.ndarray | None = None,
