@@ -319,3 +319,25 @@ def test_the_mooncake_scenario_carries_the_traces_ids():
     s = make_requests(sc.workload, np.random.default_rng(sc.seed), sc.model.context_length)
     assert len(s) == len(s.prefix) == 1000 and s.prefix.unit == 512
     assert s.arrival[-1] == pytest.approx(4 * read_trace(sc.workload.trace).arrived_at[999])
+
+
+@pytest.mark.parametrize("lines,line", [
+    ([(0, 1000, 5, [1, 2]), (1, 600, 5, [3, 2])], 2),     # id 2 after another id
+    ([(0, 1000, 5, [1, 2]), (1, 1000, 5, [2, 4])], 2),    # id 2 at another position
+    ([(0, 1000, 5, [1, 2]), (1, 1000, 5, [1, 2]), (2, 2000, 5, [5, 6, 7, 1])], 3),
+])
+def test_a_jsonl_id_that_names_two_prefixes_is_an_error(tmp_path, lines, line):
+    with pytest.raises(ConfigError, match=f"line {line}: a hash_ids id must name one prefix"):
+        read_trace(_write(tmp_path / "twice.jsonl", lines))
+
+
+def test_synthetic_ids_name_whole_prefixes_too():
+    from simulator.config.trace import _first_misplaced_id
+
+    s = _specs(_sessions(arrival="poisson", prompt_tokens={"dist": "uniform", "low": 10, "high": 300},
+                         prefix={"shared_tokens": 48, "groups": 3}))
+    assert _first_misplaced_id(s.prefix.offsets, s.prefix.ids) is None
+    for sess in range(3):  # each session's 3 turns, in arrival order, with growing prompts
+        turns = np.flatnonzero(s.session == sess)
+        assert turns.size == 3 and np.all(np.diff(s.prompt[turns]) > 0)
+    assert _specs(_synthetic()).session is None

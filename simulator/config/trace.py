@@ -182,10 +182,30 @@ def _read_jsonl(p: Path) -> TraceRows:
     offsets = np.zeros(len(hashes) + 1, dtype=np.int64)
     np.cumsum([len(h) for h in hashes], out=offsets[1:])
     ids = np.fromiter((x for h in hashes for x in h), dtype=np.int64, count=int(offsets[-1]))
+    row = _first_misplaced_id(offsets, ids)
+    if row is not None:
+        raise fail(lines[row], "a hash_ids id must name one prefix: it recurs at another position or after "
+                               "another id than where it first appeared")
     out = TraceRows(arrivals, np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64), offsets, ids)
     for array in (out.arrived_at, out.num_prefill_tokens, out.num_decode_tokens, offsets, ids):
         array.flags.writeable = False  # shared by the cache: callers get copies
     return out
+
+
+def _first_misplaced_id(offsets: np.ndarray, ids: np.ndarray) -> int | None:
+    """The first row whose ids break the rule that an id names a whole prefix: every occurrence of an
+    id sits at the same position after the same id (Mooncake's remapped hashes keep it, as vLLM's
+    chained block hashes do), so a prefix cache may key blocks by id alone."""
+    if ids.size == 0:
+        return None
+    lengths = np.diff(offsets)
+    start = np.repeat(offsets[:-1], lengths)
+    pos = np.arange(ids.size, dtype=np.int64) - start
+    pred = np.where(pos > 0, ids[np.maximum(np.arange(ids.size) - 1, 0)], -1)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    bad = (pos != pos[first][inverse]) | (pred != pred[first][inverse])
+    k = _first(bad)
+    return None if k is None else int(np.searchsorted(offsets, k, side="right") - 1)
 
 
 @lru_cache(maxsize=4)

@@ -29,12 +29,14 @@ from .sessions import draw_sessions, synthetic_ids
 class RequestSpecs:
     """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens, and
     the ids of its prompt's blocks where the workload says which prompts share a prefix (None where it
-    does not: every prompt is then taken as unique)."""
+    does not: every prompt is then taken as unique), and its session in a multi-turn workload."""
 
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
     prefix: PrefixIds | None = None
+    session: np.ndarray | None = None
+    """Each request's session (int64, 0-based) with ``workload.sessions``; None otherwise."""
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -179,7 +181,7 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     Prefix ids (:class:`~simulator.workloads.prefix.PrefixIds`) come from a ``.jsonl`` trace's
     ``hash_ids``, or from ``workload.sessions`` / ``workload.prefix`` (drawn after every other draw);
     a CSV trace or plain synthetic lengths carry none (``prefix`` None)."""
-    prefix = None
+    prefix = session = None
     if workload.trace:
         df = read_trace(workload.trace, limit=workload.requests)
         prompt, output, at, prefix = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at, trace_ids(df)
@@ -198,7 +200,7 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
             arrival = arrival_times(workload, n, rng)
     elif getattr(workload, "sessions", None) is not None:
         draw = draw_sessions(workload, rng, arrival_times, sample_tokens)
-        arrival, prompt, output = draw.arrival, draw.prompt, draw.output
+        arrival, prompt, output, session = draw.arrival, draw.prompt, draw.output, draw.session
         prefix = synthetic_ids(workload, prompt, draw.session, draw.first_prompt, rng)
     else:
         n = workload.requests
@@ -211,4 +213,4 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     if prefix is not None:
         prefix = prefix.cut(prompt)
         prefix.check(prompt)
-    return RequestSpecs(arrival.astype(float), prompt, output, prefix)
+    return RequestSpecs(arrival.astype(float), prompt, output, prefix, session)

@@ -2,7 +2,9 @@
 
 A prompt is cut into consecutive blocks of ``unit`` tokens (the last may be partial) and each block
 gets an id; two requests whose ids agree on their first k positions share their first k blocks of
-prompt, which a prefix cache may reuse. The ids say nothing else: a block's id is only compared
+prompt, which a prefix cache may reuse. Every source here also keeps ids naming whole prefixes: an
+id recurs only at the same position after the same id (a .jsonl trace that breaks this is rejected),
+so a cache may key blocks by id alone. The ids say nothing else: a block's id is only compared
 with the ids at the same position of prompts whose earlier ids are the same (the chain), as vLLM's
 block hash covers the block and every block before it (vllm/v1/core/kv_cache_utils.py at commit
 001cabc1, ``hash_block_tokens``: the parent block's hash is part of the key).
