@@ -116,7 +116,7 @@ def test_the_breakdown_sums_to_e2e_for_every_request(rag_run):
     np.testing.assert_allclose(req[cats].sum(axis=1), req["generate.time_s"], rtol=1e-9)
     llm = rag_run.summary["llm"]["llm"]
     assert llm["calls"] == 2000 and llm["calls_completed"] == 2000
-    assert llm["prefix_hit_tokens"] == 1000 * 256  # every call found its warm-up's prefix
+    assert llm["prefix_saved_tokens"] == 1000 * 256  # every call found its warm-up's prefix
 
 
 def test_same_seed_same_run_and_another_seed_differs(rag_run):
@@ -200,7 +200,7 @@ def test_early_start_removes_exactly_the_prefill_of_the_static_prefix():
     assert off.requests["e2e_s"][0] - on.requests["e2e_s"][0] == pytest.approx(saved, abs=1e-12)
     assert off.requests["ttft_s"][0] - on.requests["ttft_s"][0] == pytest.approx(saved, abs=1e-12)
     assert on.requests["critical_path"][0] == off.requests["critical_path"][0] == "search > generate"
-    assert on.summary["llm"]["llm"]["prefix_hit_tokens"] == 2048
+    assert on.summary["llm"]["llm"]["prefix_saved_tokens"] == 2048
 
 
 def test_stages_on_one_llm_resource_share_its_engine():

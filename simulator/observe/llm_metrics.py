@@ -353,6 +353,12 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     t = table
     done = t.finished & np.isfinite(t.last_R)
     acc, itl, first_last = _folded(t, steps, rows, done)
+    if t.kv_start is not None:
+        # a disaggregated request waits between its prefill and its first decode step while its KV
+        # crosses to the decode replica: that wait is the transfer, not queueing
+        kv = np.nan_to_num(t.kv_end - t.kv_start)
+        acc.full["kv_transfer"] += kv
+        acc.full["queue"] -= kv
     ids = np.flatnonzero(done)
     ttft = t.first_R - t.arrival
     e2e = t.last_R - t.arrival

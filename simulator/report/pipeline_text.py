@@ -34,7 +34,7 @@ def format_pipeline(result) -> str:
         top = ", ".join(f"{c} {_pct(v)}" for c, v in share.items() if v)
         lines += ["", f"  llm {rname}: {llm['calls_completed']}/{llm['calls']} calls; TTFT p50 "
                       f"{_n((llm['ttft_ms'] or {}).get('p50'), '.2f')} ms, E2E p50 {_n((llm['e2e_ms'] or {}).get('p50'), '.1f')} ms"
-                      + (f"; prefix-cache hits {llm['prefix_hit_tokens']:,} tokens" if llm["prefix_hit_tokens"] else ""),
+                      + (f"; prefill saved by the prefix cache: {llm['prefix_saved_tokens']:,} tokens" if llm["prefix_saved_tokens"] else ""),
                   f"    its calls' time: {top or '-'}; last mile {_pct(llm['last_mile_share'])}"]
     lines += ["", "  critical paths:"]
     for cp in s["critical_paths"]:

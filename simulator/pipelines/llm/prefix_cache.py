@@ -44,6 +44,7 @@ class PrefixCache:
         self.held: dict[int, list[int]] = {}
         self.settled: dict[int, int] = {}
         self.on_evict = None  # called with (id, blocks) for each evicted unit (the offload tier)
+        self.on_register = None  # called with (id, blocks) for each unit that joins the cache
         # what the summary reports
         self.query_units = 0
         self.hit_units = 0
@@ -116,6 +117,8 @@ class PrefixCache:
                 self.cached_blocks += b
                 held.append(key)
                 moved += b
+                if self.on_register is not None:
+                    self.on_register(key, b)
             i += 1
         self.settled[rid] = i
         return moved

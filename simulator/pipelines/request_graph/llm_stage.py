@@ -30,7 +30,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...workloads.arrivals import RequestSpecs, sample_tokens
-from ..llm.serving import DoesNotFit, build_cost, build_serving, check_requests_fit, kv_capacity
+from ..llm.serving import DoesNotFit, _check_fit, build_serving, plan_pools
 
 
 class LLMStage:
@@ -111,17 +111,17 @@ class LLMDeployment:
         if sc.serving.prefix_caching:
             specs.prefix = CallPrefixes(sc.serving.block_size, prompts, np.asarray(group, dtype=np.int64),
                                               np.asarray(shared, dtype=np.int64))
-        cost = build_cost(sc)
         try:
-            kv_blocks, memory = kv_capacity(sc, cost)
+            plans = plan_pools(sc)
             if len(prompts):
-                check_requests_fit(sc, kv_blocks, int((prompts + outputs).max()), int(prompts.max()),
-                                   "stages", memory)
-        except DoesNotFit as exc:
+                _check_fit(plans, int((prompts + outputs).max()), int(prompts.max()), "stages")
+        except DoesNotFit as exc:  # a pipeline has no oom status: its deployment must fit
             key = exc.key if exc.key == "stages" else f"resources.{name}.{exc.key}"
             raise ConfigError(exc.message, path=key) from None
+        except ConfigError as exc:
+            raise ConfigError(exc.message, path=f"resources.{name}.{exc.path}" if exc.path else None) from None
         self.recorder = SpanRecorder(enabled=run.recorder.enabled)
-        self.system = build_serving(run.env, sc, specs, kv_blocks, memory, self.recorder, cost=cost)
+        self.system = build_serving(run.env, sc, specs, plans, self.recorder)
         self.system.finish_callbacks.append(self._finished)
 
     def track(self, track: str) -> str:
@@ -145,11 +145,11 @@ class LLMDeployment:
         spans and busy time with its tracks under the resource's name (:meth:`track`)."""
         res = self.system.result(cut)
         s = res.summary
-        caches = [e.sched.cache for e in self.system.engines if e.sched.cache is not None]
+        cache = s.get("prefix_cache")
         block = {"calls": int(self.system.table.n), "calls_completed": s.get("requests_completed", 0),
                  "ttft_ms": s.get("ttft_ms"), "tpot_ms": s.get("tpot_ms"), "e2e_ms": s.get("e2e_ms"),
                  "breakdown_share": s.get("breakdown_share"), "last_mile_share": s.get("last_mile_share"),
-                 "prefix_hit_tokens": int(sum(c.hit_tokens for c in caches)) if caches else None}
+                 "prefix_saved_tokens": int(cache["saved_prefill_tokens"]) if cache else None}
         spans = res.spans.copy()
         spans["track"] = [self.track(t) for t in spans["track"].astype(str)]
         busy = {self.track(k): v for k, v in self.recorder.busy.items()}
