@@ -30,6 +30,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...workloads.arrivals import RequestSpecs, sample_tokens
+from ...workloads.prefix import PrefixIds
 from ..llm.serving import DoesNotFit, _check_fit, build_serving, plan_pools
 
 
@@ -56,29 +57,21 @@ class LLMStage:
         self.resource.call(rid, self.index)
 
 
-class CallPrefixes:
-    """The calls' prefix identity, as the engine's prefix cache reads it (``unit`` and ``of(call)``):
-    a request's early-start warm-up and its stage's call share the ids of the static prefix's full
-    units; every other unit of every call has an id of its own."""
-
-    def of(self, call: int) -> np.ndarray:
-        return self._ids[self._offsets[call]:self._offsets[call + 1]]
-
-    def __init__(self, unit: int, prompts: np.ndarray, group: np.ndarray, shared_tokens: np.ndarray):
-        """``group[c]``: calls of one group (>= 0) share their first ``shared_tokens[c] // unit``
-        units (the first call of the group names them); -1: a call that shares nothing."""
-        self.unit = unit
-        units = -(-prompts // unit)
-        self._offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
-        ids = np.arange(int(self._offsets[-1]), dtype=np.int64)  # an id of its own for every unit
-        lead: dict[int, int] = {}
-        for c in np.flatnonzero(group >= 0).tolist():
-            first = lead.setdefault(int(group[c]), c)
-            full = int(shared_tokens[c] // unit)
-            if first != c and full:
-                o, f = self._offsets[c], self._offsets[first]
-                ids[o:o + full] = ids[f:f + full]
-        self._ids = ids
+def call_prefixes(unit: int, prompts: np.ndarray, group: np.ndarray, shared_tokens: np.ndarray) -> PrefixIds:
+    """The calls' prefix identity, as the engine's prefix cache reads it: every unit of every call
+    has an id of its own, except that calls of one group (``group[c] >= 0``: a request's early-start
+    warm-up and its stage's call) share the ids of their first ``shared_tokens[c] // unit`` units
+    (the static prefix's full units), named by the group's first call."""
+    units = -(-prompts // unit)
+    offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+    ids = np.arange(int(offsets[-1]), dtype=np.int64)
+    lead: dict[int, int] = {}
+    for c in np.flatnonzero(group >= 0).tolist():
+        first = lead.setdefault(int(group[c]), c)
+        full = int(shared_tokens[c] // unit)
+        if first != c and full:
+            ids[offsets[c]:offsets[c] + full] = ids[offsets[first]:offsets[first] + full]
+    return PrefixIds(unit, offsets, ids)
 
 
 class LLMDeployment:
@@ -109,7 +102,7 @@ class LLMDeployment:
         prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
         specs = RequestSpecs(np.full(len(prompts), np.nan), prompts, outputs)
         if sc.serving.prefix_caching:
-            specs.prefix = CallPrefixes(sc.serving.block_size, prompts, np.asarray(group, dtype=np.int64),
+            specs.prefix = call_prefixes(sc.serving.block_size, prompts, np.asarray(group, dtype=np.int64),
                                               np.asarray(shared, dtype=np.int64))
         try:
             plans = plan_pools(sc)
