@@ -263,3 +263,29 @@ def test_an_llm_stage_that_always_hits_its_cache_makes_no_call():
     assert r.summary["status"] == "ok" and r.summary["llm"]["llm"]["calls"] == 0
     np.testing.assert_allclose(r.requests["e2e_s"], r.requests["a.time_s"], rtol=0, atol=1e-12)
     assert "llm llm: 0/0 calls" in format_summary(r)
+
+
+DIT = {"model": "pixart-alpha", "resolution": 512, "steps": 4, "delivery": {"format": "png"}}
+
+
+def test_a_dit_stage_takes_what_the_dit_path_takes_alone():
+    """One image after a 5 ms CPU stage: the DiT stage's time is the kind: dit run's latency."""
+    alone = simulate(load_scenario({"kind": "dit", **DIT, "record_spans": False,
+                                    "workload": {"requests": 1, "arrival": "closed", "concurrency": 1}}))
+    r = simulate(scenario({"prep": {"resource": "host", "time": "5 ms"},
+                           "render": {"resource": "gpu", "after": ["prep"]}},
+                          resources={"host": {"kind": "cpu"}, "gpu": {"kind": "dit", **DIT}}))
+    assert r.requests["render.time_s"][0] == pytest.approx(alone.summary["latency_s"]["p50"], rel=1e-12)
+    assert r.requests["e2e_s"][0] == pytest.approx(0.005 + alone.summary["latency_s"]["p50"], rel=1e-12)
+    assert r.summary["dit"]["gpu"]["breakdown_share"] == pytest.approx(alone.summary["breakdown_share"])
+    assert r.requests["render.encode_s"][0] > 0
+
+
+def test_images_queue_for_a_dit_deployment():
+    r = simulate(scenario({"render": {"resource": "gpu"}}, resources={"gpu": {"kind": "dit", **DIT}},
+                          workload={"requests": 2, "arrival": "all_at_once"}))
+    wait = r.requests["render.wait_s"]
+    assert wait[0] == 0 and wait[1] > 0  # the second waits for the first image's server time
+    with pytest.raises(ConfigError) as err:
+        scenario({"render": {"resource": "gpu"}}, resources={"gpu": {"kind": "dit", **DIT, "parallel": {"ulysses": 3}}})
+    assert err.value.path == "resources.gpu.parallel.ulysses"

@@ -11,7 +11,9 @@ that names them, so stages on one resource contend:
   ``time`` is its latency and nothing queues;
 - ``llm``: a model served by the LLM serving stack (engine, frontend, last mile) of ``kind: llm``,
   built from this resource's ``model``/``hardware``/``serving``/``parallel`` (see
-  ``simulator.pipelines.request_graph.llm_stage``).
+  ``simulator.pipelines.request_graph.llm_stage``);
+- ``dit``: a DiT deployment (lastmile's DiT path, its image last mile included) rendering one
+  image at a time, built from this resource's ``kind: dit`` keys (``request_graph.dit_stage``).
 
 Bad graphs are one-line ConfigErrors naming the key: a cycle (named stage by stage), a stage
 naming a missing resource or dependency (with a did-you-mean suggestion), no sink.
@@ -121,15 +123,41 @@ class LLMResource(Strict):
         return self._scenario
 
 
+class DiTResource(Strict):
+    """One DiT deployment (lastmile's DiT path: text encode, denoise on its parallel layout, VAE,
+    then the image's last mile: copy to the host, encode, deliver) rendering one image at a time for
+    every stage and request that names it. The keys are a ``kind: dit`` scenario's; ``hardware``
+    defaults to the pipeline's."""
+
+    kind: Literal["dit"] = Field(description="A DiT deployment shared by the stages naming it.")
+    model: Union[str, dict] = Field("pixart-alpha", description="The DiT model, as a kind: dit scenario's "
+                                                                "(catalog name or mapping).")
+    hardware: Optional[Union[str, dict]] = Field(None, description="Its hardware, as a kind: dit scenario's "
+                                                                   "(null: the pipeline's hardware).")
+    resolution: Union[int, str] = Field(1024, description="Image size: one side (square) or WIDTHxHEIGHT.")
+    steps: Count(10_000) = Field(20, description="Denoising steps per image.")
+    cfg: bool = Field(True, description="Classifier-free guidance (two branches per step).")
+    text_encode: bool = Field(True, description="Run the text encoder before denoising.")
+    parallel: dict = Field({}, description="Its parallel layout, as a kind: dit scenario's (xDiT degrees).")
+    delivery: dict = Field({}, description="Its last mile, as a kind: dit scenario's (vae, format, base64 ...).")
+    kernels: dict = Field({}, description="Its kernel efficiencies, as a kind: dit scenario's.")
+    _scenario: Any = PrivateAttr(default=None)
+
+    @property
+    def scenario(self):
+        """The validated ``kind: dit`` scenario this deployment is built from (set by the pipeline)."""
+        return self._scenario
+
+
 def _resource_kind(value) -> str:
     return value.get("kind", "") if isinstance(value, dict) else getattr(value, "kind", "")
 
 
 Resource = Annotated[Union[Annotated[CPUResource, Tag("cpu")], Annotated[ServiceResource, Tag("service")],
-                           Annotated[LLMResource, Tag("llm")]],
+                           Annotated[LLMResource, Tag("llm")], Annotated[DiTResource, Tag("dit")]],
                      Discriminator(_resource_kind)]
 
-RESOURCE_KINDS = ("cpu", "service", "llm")
+RESOURCE_KINDS = ("cpu", "service", "llm", "dit")
 
 
 # ---- stages ----------------------------------------------------------------------------------
@@ -173,6 +201,7 @@ STAGE_KEYS: dict[str, dict[str, frozenset]] = {
     "service": {"needs": frozenset({"time"}), "takes": frozenset({"time", "outputs", "stream_from"})},
     "llm": {"needs": frozenset({"prompt_tokens", "output_tokens"}),
             "takes": frozenset({"prompt_tokens", "output_tokens", "static_prefix_tokens", "early_start"})},
+    "dit": {"needs": frozenset(), "takes": frozenset()},  # the image is the resource's: one per call
 }
 """Per resource kind: the stage keys it needs and the kind-specific keys it accepts (``resource``,
 ``after`` and ``cache_hit_rate`` are accepted by every kind)."""
@@ -256,6 +285,7 @@ class PipelineScenario(ScenarioBase):
         elif self.output not in self.stages:
             raise ConfigError(f"no stage {self.output!r}{_suggest(self.output, self.stages)}", path="output")
         self._build_llm_resources()
+        self._build_dit_resources()
         return self
 
     @property
@@ -343,3 +373,23 @@ class PipelineScenario(ScenarioBase):
                 raise ConfigError(exc.message, path=f"resources.{rname}" + (f".{path}" if path else "")) from None
             res._scenario = sc
 
+
+    def _build_dit_resources(self) -> None:
+        """Validate each dit resource as the ``kind: dit`` scenario it is."""
+        from .loader import load_scenario
+
+        for rname, res in self.resources.items():
+            if res.kind != "dit":
+                continue
+            raw = {"kind": "dit", "name": f"{self.name}/{rname}", "seed": self.seed, "dtype": self.dtype,
+                   "model": res.model, "resolution": res.resolution, "steps": res.steps, "cfg": res.cfg,
+                   "text_encode": res.text_encode, "parallel": dict(res.parallel), "delivery": dict(res.delivery),
+                   "kernels": dict(res.kernels), "record_spans": self.record_spans,
+                   "max_sim_time": self.max_sim_time,
+                   "hardware": res.hardware if res.hardware is not None else self.hardware.model_dump(mode="json")}
+            try:
+                sc = load_scenario(raw)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, path=f"resources.{rname}" + (f".{exc.path}" if exc.path else "")) \
+                    from None
+            res._scenario = sc

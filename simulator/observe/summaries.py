@@ -285,6 +285,7 @@ class PipelineSummary(RunSummary):
     stages: dict[str, PipelineStageSummary]
     utilization: dict[str, Share]
     llm: Optional[dict[str, "PipelineLLMSummary"]] = None
+    dit: Optional[dict[str, "PipelineDiTSummary"]] = None
 
 
 class PipelineLLMSummary(_Summary):
@@ -301,6 +302,20 @@ class PipelineLLMSummary(_Summary):
     prefix_saved_tokens: Optional[int]
 
     _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
+
+
+
+class PipelineDiTSummary(_Summary):
+    """One dit resource of a pipeline: its images as the DiT deployment saw them (handed to it to
+    delivered), with the DiT kind's nine categories and last mile."""
+
+    calls: int
+    calls_completed: int
+    latency_ms: Percentiles
+    breakdown_share: dict[str, Share]
+    last_mile_share: Share
+
+    _breakdown = field_validator("breakdown_share")(_categories(DIT_CATEGORIES))
 
 
 PipelineSummary.model_rebuild()

@@ -36,6 +36,12 @@ def format_pipeline(result) -> str:
                       f"{_n((llm['ttft_ms'] or {}).get('p50'), '.2f')} ms, E2E p50 {_n((llm['e2e_ms'] or {}).get('p50'), '.1f')} ms"
                       + (f"; prefill saved by the prefix cache: {llm['prefix_saved_tokens']:,} tokens" if llm["prefix_saved_tokens"] else ""),
                   f"    its calls' time: {top or '-'}; last mile {_pct(llm['last_mile_share'])}"]
+    for rname, dit in (s.get("dit") or {}).items():
+        share = dit["breakdown_share"] or {}
+        top = ", ".join(f"{c} {_pct(v)}" for c, v in share.items() if v)
+        lines += ["", f"  dit {rname}: {dit['calls_completed']}/{dit['calls']} images; latency p50 "
+                      f"{_n(dit['latency_ms']['p50'], '.1f')} ms (queue included)",
+                  f"    its images' time: {top or '-'}; last mile {_pct(dit['last_mile_share'])}"]
     lines += ["", "  critical paths:"]
     for cp in s["critical_paths"]:
         lines.append(f"    {_pct(cp['share'], 6)}  {cp['path']}")

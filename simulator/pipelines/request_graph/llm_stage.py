@@ -146,4 +146,4 @@ class LLMDeployment:
         spans = res.spans.copy()
         spans["track"] = [self.track(t) for t in spans["track"].astype(str)]
         busy = {self.track(k): v for k, v in self.recorder.busy.items()}
-        return {"summary": block, "breakdown": res.breakdown, "spans": spans, "busy": busy}
+        return {"summary": block, "breakdown": res.breakdown, "spans": spans, "busy": busy, "calls": self.calls}

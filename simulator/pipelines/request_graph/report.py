@@ -35,13 +35,13 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
     ttft = np.where(done, run.first[:, out] - run.arrival, np.nan)
     path_names = [" > ".join(names[s] for s in p) for p in paths]
 
-    # a stage's wait for its resource: for a core, start - ready; for an llm call, its engine queue
+    # a stage's wait for its resource: for a core, start - ready; for a model call, its queue there
     wait = run.start - run.ready
     llm_cats: dict[str, np.ndarray] = {}
     outcomes = {name: res.outcome(cut) for name, res in run.resources.items() if hasattr(res, "outcome")}
-    for rname, oc in outcomes.items():  # each llm stage's call, by the serving's eight categories
-        calls = run.resources[rname].calls
-        cats = oc["breakdown"].reindex(range(run.resources[rname].system.table.n))
+    for rname, oc in outcomes.items():  # each model stage's call, by its deployment's own categories
+        calls = oc["calls"]
+        cats = oc["breakdown"].reindex(range(oc["summary"]["calls"]))
         table = cats.to_numpy(dtype=float)
         for s, name in enumerate(names):
             if run.stages[s].resource == rname:
@@ -89,8 +89,10 @@ def build_result(sc, run, now: float, cut: bool) -> Result:
         "stages": stage_rows,
         "utilization": _utilization(run.recorder, outcomes, horizon),
     }
-    if outcomes:
-        summary["llm"] = {name: oc["summary"] for name, oc in outcomes.items()}
+    for kind in ("llm", "dit"):
+        blocks = {name: oc["summary"] for name, oc in outcomes.items() if sc.resources[name].kind == kind}
+        if blocks:
+            summary[kind] = blocks
     extra = []
     if sc.workload.arrival != "closed":
         extra.append(overload_warning(run.arrival, finish, e2e, done))

@@ -3,13 +3,15 @@
 A resource is built once per run and shared by every request and every stage that names it, so
 stages on one resource contend for it. ``cpu`` and ``service`` book a stage's time in closed form
 (start and end known when the work is submitted, like ``hardware.cpu``'s FIFO clocks); ``llm``
-(``llm_stage.LLMDeployment``) feeds calls to a serving deployment that lives in the same SimPy env.
+(``llm_stage.LLMDeployment``) feeds calls to a serving deployment and ``dit`` (``dit_stage.DiTDeployment``)
+images to a DiT deployment, each living in the same SimPy env.
 """
 
 from __future__ import annotations
 
 import heapq
 
+from .dit_stage import DiTDeployment
 from .llm_stage import LLMDeployment
 
 
@@ -47,5 +49,5 @@ class Service:
         return now, now + seconds
 
 
-RESOURCES: dict[str, type] = {"cpu": CPUPool, "service": Service, "llm": LLMDeployment}
+RESOURCES: dict[str, type] = {"cpu": CPUPool, "service": Service, "llm": LLMDeployment, "dit": DiTDeployment}
 """Resource runtimes by their YAML ``kind``."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dit_stage import DiTStage
 from .llm_stage import LLMStage
 
 
@@ -56,5 +57,5 @@ class TimedStage:
         run.at(end, run.finish, rid, s)
 
 
-STAGE_KINDS: dict[str, type] = {"cpu": TimedStage, "service": TimedStage, "llm": LLMStage}
+STAGE_KINDS: dict[str, type] = {"cpu": TimedStage, "service": TimedStage, "llm": LLMStage, "dit": DiTStage}
 """Stage behaviour by the kind of the resource the stage names."""
