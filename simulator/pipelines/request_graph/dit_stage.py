@@ -18,6 +18,7 @@ from ...observe.records import DIT_CATEGORIES, DIT_LAST_MILE
 from ...observe.stats import stats
 from ..dit.model import DiTModel
 from ..dit.sim import DiTSim
+from .llm_stage import resource_track
 
 GIB = 2.0 ** 30
 
@@ -53,8 +54,7 @@ class DiTDeployment:
         self.owner: list[tuple[int, int]] = []  # image id -> (request, stage)
 
     def track(self, track: str) -> str:
-        kind, sep, rest = track.partition(":")
-        return f"{kind}:{self.name}/{rest}" if sep else f"{self.name}/{track}"
+        return resource_track(self.name, track)
 
     def call(self, rid: int, s: int) -> None:
         env, image = self.run.env, len(self.owner)

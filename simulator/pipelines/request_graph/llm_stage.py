@@ -34,6 +34,14 @@ from ...workloads.prefix import PrefixIds
 from ..llm.serving import DoesNotFit, _check_fit, build_serving, plan_pools
 
 
+def resource_track(resource: str, track: str) -> str:
+    """A deployment's track under its resource's name, its kind prefix kept (``cpu:llm/engine0``,
+    ``link:llm/gpu0.pcie.tx``, ``llm/gpu0``), so two deployments' ``gpu0`` stay apart and the trace
+    still groups each track with its kind."""
+    kind, sep, rest = track.partition(":")
+    return f"{kind}:{resource}/{rest}" if sep else f"{resource}/{track}"
+
+
 class LLMStage:
     """A stage on an llm resource: per request, a prompt (static prefix + ``prompt_tokens``) and an
     output length, drawn up front; an added ``prefix`` stage is the early-start warm-up call."""
@@ -118,10 +126,7 @@ class LLMDeployment:
         self.system.finish_callbacks.append(self._finished)
 
     def track(self, track: str) -> str:
-        """A deployment's track under this resource's name, its kind prefix kept (``cpu:llm/engine0``,
-        ``link:llm/gpu0.pcie.tx``, ``llm/gpu0``) so the trace groups it with its kind."""
-        kind, sep, rest = track.partition(":")
-        return f"{kind}:{self.name}/{rest}" if sep else f"{self.name}/{track}"
+        return resource_track(self.name, track)
 
     def call(self, rid: int, s: int) -> None:
         self.system.arrive(int(self.calls[rid, s]))
