@@ -215,8 +215,9 @@ def simulate(scenario):
     try:
         plans = plan_pools(scenario)
         if not w.trace:
-            prompt = upper_tokens(w.prompt_tokens)
-            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
+            prompt = w.prompt_upper  # with sessions, a last turn's whole history
+            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
+                       "workload.sessions" if w.sessions else "workload.prompt_tokens")
         specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
         if w.trace:
             _check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
