@@ -27,8 +27,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import Discriminator, Field, PrivateAttr, Tag, model_validator
 
 from ..errors import ConfigError
-from .models import MAX_CONTEXT, ScenarioBase, Strict, TokenCount, upper_tokens
-from .quantities import Count, Horizon, Number, PositiveSeconds, Rate, Seconds
+from .models import MAX_CONTEXT, Duration, ScenarioBase, Strict, TokenCount, upper_tokens
+from .quantities import Count, Horizon, Number, Rate
 from .stage_graph import check_graph
 
 MAX_PIPELINE_STAGES = 256
@@ -43,44 +43,6 @@ MAX_CORES = 1 << 16
 def _suggest(word: str, options) -> str:
     close = difflib.get_close_matches(str(word)[:100], [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-# ---- stage latency ---------------------------------------------------------------------------
-
-
-class Latency(Strict):
-    """A per-request time in seconds: ``constant`` (value), ``uniform`` [low, high] or ``lognormal``
-    (median, sigma; optional ``max``). A bare quantity such as ``"5 ms"`` is a constant."""
-
-    dist: Literal["constant", "uniform", "lognormal"] = Field(
-        "constant", description="constant (value), uniform (low..high) or lognormal (median, sigma, optional max).")
-    value: Optional[Seconds] = Field(None, description="Constant: the time.")
-    low: Optional[Seconds] = Field(None, description="Uniform: shortest time.")
-    high: Optional[Seconds] = Field(None, description="Uniform: longest time.")
-    median: Optional[PositiveSeconds] = Field(None, description="Lognormal: median time.")
-    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = Field(
-        None, description="Lognormal: sigma of the underlying normal (ln(p99/p50)/2.326 from a published p50 and p99).")
-    max: Optional[PositiveSeconds] = Field(None, description="Longest time (draws are clipped).")
-
-    @model_validator(mode="after")
-    def _check(self):
-        need = {"constant": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma")}[self.dist]
-        missing = [k for k in need if getattr(self, k) is None]
-        if missing:
-            raise ValueError(f"a {self.dist} latency needs {', '.join(missing)}")
-        if self.dist == "uniform" and self.low > self.high:
-            raise ValueError(f"low ({self.low:g} s) is above high ({self.high:g} s)")
-        return self
-
-
-def _latency_branch(value) -> str:
-    return "distribution" if isinstance(value, (dict, Latency)) else "float"
-
-
-# A quantity (``"5 ms"``: a constant), or a distribution mapping; the branch is chosen by the
-# input's type, so an error inside a mapping is reported as that mapping's.
-LatencySpec = Annotated[Union[Annotated[Seconds, Tag("float")], Annotated[Latency, Tag("distribution")]],
-                        Discriminator(_latency_branch)]
 
 
 # ---- resources -------------------------------------------------------------------------------
@@ -179,8 +141,8 @@ class StageSpec(Strict):
     cache_hit_rate: Annotated[Number, Field(ge=0, le=1)] = Field(
         0.0, description="Share of requests whose result of this stage is cached: a hit skips the stage.")
     # cpu / service
-    time: Optional[LatencySpec] = Field(None, description="cpu/service: time per request (a quantity, or a "
-                                                          "constant/uniform/lognormal mapping).")
+    time: Optional[Duration] = Field(None, description="cpu/service: time per request (a quantity, or a "
+                                                       "fixed/uniform/exponential/lognormal mapping).")
     outputs: Count(1 << 20) = Field(1, description="cpu/service: outputs the stage emits, evenly over its time "
                                                    "(what a streaming consumer counts).")
     stream_from: Optional[StreamFrom] = Field(None, description="cpu/service: start on a producer's first outputs "
@@ -361,6 +323,11 @@ class PipelineScenario(ScenarioBase):
                    "coalesce_decode": False,
                    "workload": {"requests": 1, "arrival": "all_at_once", "prompt_tokens": prompt,
                                 "output_tokens": output}}
+            serving = res.serving or {}
+            if serving.get("prefix_caching") or serving.get("router") == "prefix_affinity":
+                # the pipeline gives its calls prefix identity itself (request_graph.llm_stage.call_prefixes);
+                # the deployment's scenario says so with a workload.prefix of no shared system prompt
+                raw["workload"]["prefix"] = {"shared_tokens": 0, "block_tokens": serving.get("block_size", 16)}
             try:
                 sc = load_scenario(raw)
             except ConfigError as exc:

@@ -11,23 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...workloads.sessions import sample_seconds
 from .dit_stage import DiTStage
 from .llm_stage import LLMStage
-
-
-def sample_latency(spec, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` draws (s) of a time: a constant (a number) or a :class:`~simulator.config.pipeline_models.Latency`."""
-    if isinstance(spec, (int, float)):
-        return np.full(n, float(spec))
-    if spec.dist == "constant":
-        out = np.full(n, spec.value)
-    elif spec.dist == "uniform":
-        out = rng.uniform(spec.low, spec.high, size=n)
-    else:
-        out = spec.median * np.exp(spec.sigma * rng.standard_normal(n))
-    if spec.max is not None:
-        out = np.minimum(out, spec.max)
-    return out.astype(float)
 
 
 class TimedStage:
@@ -41,7 +27,7 @@ class TimedStage:
 
     def __init__(self, run, index: int, stage, n: int, rng: np.random.Generator):
         self.run, self.index, self.name, self.spec = run, index, stage.name, stage.spec
-        self.time = sample_latency(self.spec.time, n, rng)
+        self.time = sample_seconds(self.spec.time, n, rng)
         self.resource = None  # bound once the run's resources are built
 
     def start(self, rid: int, now: float) -> None:
