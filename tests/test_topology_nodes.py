@@ -131,3 +131,32 @@ def test_dit_collectives_cross_the_shared_fabric_on_a_node_type():
     moved = node.spans[node.spans.track.str.startswith("link:") & node.spans.name.str.endswith("collectives")]
     assert len(moved) > 0 and set(moved.track) >= {"link:gpu0.nvlink.tx", "link:gpu1.nvlink.rx"}
     assert not flat.spans.name.str.endswith("collectives").any()
+
+
+def test_tree_between_nodes_is_nccls_tree_latency_and_half_its_bus_bandwidth():
+    """tuning.cc: tree latency = base + 2((ppn-1) intraLat + log2(nodes) interLat); tree busBw = 0.92 x the
+    tree graph's bandwidth (the chain on two nodes, up to twice the NICs), algorithm bandwidth half of it."""
+    grp = nccl.group(topology("dgx-a100", nodes=2), range(16), "ampere")
+    assert (grp.nodes, grp.ppn, grp.intra_bw, grp.net_bw) == (2, 8, pytest.approx(240e9), pytest.approx(200e9))
+    simple = next(p for p in nccl.plans(grp, "all_reduce", 1 << 30) if (p.algorithm, p.protocol) == ("tree", "Simple"))
+    assert simple.latency == pytest.approx((8.4 + 2 * (7 * 4.0 + 1 * 14.0)) * 1e-6, rel=1e-12)
+    assert simple.algbw == pytest.approx(0.92 * 240e9 * 0.5, rel=1e-12)
+    ll = next(p for p in nccl.plans(grp, "all_reduce", 1 << 30) if (p.algorithm, p.protocol) == ("tree", "LL"))
+    assert ll.algbw == pytest.approx(min(0.92 * 240e9 / 3.8, 22.5e9) * 0.5, rel=1e-12)
+    assert {nccl.best(grp, "all_reduce", s).algorithm for s in (1 << 12, 1 << 20, 1 << 34)} == {"tree"}
+    four = nccl.group(topology("dgx-a100", nodes=4), range(32), "ampere")  # beyond two nodes the ring wins big ones
+    assert nccl.best(four, "all_reduce", 1 << 34).algorithm == "ring"
+    assert nccl.best(four, "all_reduce", 1 << 16).algorithm == "tree"
+    assert all(p.algorithm != "tree" for p in nccl.plans(grp, "all_gather", 1 << 20))  # tree is all-reduce only
+
+
+def test_nvls_tree_joins_nvlink_sharp_nodes_over_their_nics():
+    grp = nccl.group(topology("hgx-h100", nodes=2), range(16), "hopper")
+    assert grp.nvls == 0 and grp.nvls_node == pytest.approx(370.8e9 * 0.85)
+    big = nccl.best(grp, "all_reduce", 1 << 34)
+    assert big.algorithm == "nvls_tree" and big.algbw == pytest.approx(min(370.8e9 * 0.85, 400e9), rel=1e-12)
+    assert big.latency == pytest.approx((25.0 + 2 * 1 * 20.9) * 1e-6, rel=1e-12)
+    four = nccl.group(topology("hgx-h100", nodes=4), range(32), "hopper")  # inner tree nodes: NICs carry it twice
+    assert nccl.best(four, "all_reduce", 1 << 34).algbw == pytest.approx(min(370.8e9 * 0.85, 400e9 / 2), rel=1e-12)
+    a100 = nccl.group(topology("dgx-a100", nodes=2), range(16), "ampere")  # NVSwitch gen2: no NVLink SHARP
+    assert all(p.algorithm != "nvls_tree" for p in nccl.plans(a100, "all_reduce", 1 << 34))
