@@ -160,3 +160,13 @@ def test_nvls_tree_joins_nvlink_sharp_nodes_over_their_nics():
     assert nccl.best(four, "all_reduce", 1 << 34).algbw == pytest.approx(min(370.8e9 * 0.85, 400e9 / 2), rel=1e-12)
     a100 = nccl.group(topology("dgx-a100", nodes=2), range(16), "ampere")  # NVSwitch gen2: no NVLink SHARP
     assert all(p.algorithm != "nvls_tree" for p in nccl.plans(a100, "all_reduce", 1 << 34))
+
+
+def test_all_to_all_moves_each_gpus_buffer_at_its_link_rate():
+    """nccl-tests alltoall: each GPU sends size/n to each of the n-1 others at once, so on a switch its bus
+    bandwidth is the GPU's link (OCI's GB200 rows: 615-662 GB/s against NVLink5's 722)."""
+    grp = nccl.group(topology("gb200-nvl72", nodes=2), range(8), "blackwell")
+    plan = nccl.best(grp, "alltoall", 1 << 34)
+    assert grp.pair_bw == pytest.approx(721.8e9 / 7)
+    assert plan.algbw == pytest.approx(8 * 721.8e9 / 7, rel=1e-12)
+    assert plan.busbw == pytest.approx(721.8e9, rel=1e-3)

@@ -77,6 +77,9 @@ LL128 x 7/9 on one node and 120/128 across; algorithm bandwidth = tree busBw x 0
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 """tuning.cc nvlsEfficiency by architecture (0 before Hopper: no NVLink SHARP)."""
 
+NVLS_MAX_ARITY = 32
+"""src/include/device.h NCCL_MAX_NVLS_ARITY: NVLS heads (GPU:NIC pairs, search.cc) per node at most."""
+
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1}
 NET_STEPS = {"all_reduce": lambda m: 2 * (m - 1), "all_gather": lambda m: m - 1, "reduce_scatter": lambda m: m - 1}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
@@ -119,6 +122,7 @@ class Group:
     arch: str
     nic_bw: float = math.inf  # one NIC: what a single flow between nodes gets
     nvls_node: float = 0.0  # NVLS bandwidth per GPU inside each node, across nodes (NVLSTree), else 0
+    heads_bw: float = math.inf  # the node's NICs an NVLSTree's heads use (at most NVLS_MAX_ARITY of them)
 
     @property
     def ppn(self) -> int:
@@ -153,13 +157,17 @@ def group(topo, gpus, arch: str = "other") -> Group:
     local = next(iter(by_node.values()))
     intra = [topo.hops(local[i], local[(i + 1) % len(local)])[0] for i in range(len(local))] if len(local) > 1 else []
     intra_bw = _bottleneck(intra)
-    net_bw = nic_bw = math.inf
+    net_bw = nic_bw = heads_bw = math.inf
     if nodes > 1:
         nic = (lay.nic if lay is not None and lay.nic is not None else topo.node_link)
         if nic is None:
             raise ValueError("a group across nodes needs the node's NIC (hardware.node or node_link)")
-        rails = len({lay.nic_of(g % lay.gpus) for g in local}) if lay is not None and lay.nics else 1
+        # the NICs the node's GPUs reach the network by; a multi-node NVLink domain is one NCCL node
+        # (its hosts' topologies fused, topo.cc ncclTopoFuseXml), so it counts every host's NICs
+        rails = (len({(topo.node_of(g), lay.nic_of(g % lay.gpus)) for g in local})
+                 if lay is not None and lay.nics else 1)
         net_bw, nic_bw = rails * nic.nccl, nic.nccl
+        heads_bw = min(rails, NVLS_MAX_ARITY) * nic.nccl
     nvls = nvls_node = 0.0
     if nvl and lay.nvls and n > 2:  # NVLink SHARP in each domain (nodes count domains here)
         per_gpu = topo.gpu_link.nccl * NVLS_EFFICIENCY.get(arch, 0.0)
@@ -169,7 +177,7 @@ def group(topo, gpus, arch: str = "other") -> Group:
             nvls_node = per_gpu
     pairs = [topo.hops(s, d)[0] for s in gpus for d in gpus if s != d]
     return Group(n, nodes, intra_bw, net_bw, _hw(intra) if intra else "pci", nvls, _bottleneck(pairs),
-                 "net" if nodes > 1 else _hw(pairs), arch, nic_bw, nvls_node)
+                 "net" if nodes > 1 else _hw(pairs), arch, nic_bw, nvls_node, heads_bw)
 
 
 def group_on(hardware, gpus) -> Group:
@@ -196,10 +204,11 @@ def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
     if collective in ("alltoall", "sendrecv"):  # grouped point-to-point sends (Simple)
         hw = grp.pair_hw if collective == "alltoall" else ("net" if grp.nodes > 1 else grp.intra_hw)
         latency = (BASE_LATENCY_US["ring"]["Simple"] + HW_LATENCY_US[hw]["ring"]["Simple"]) * 1e-6
-        # all-to-all: each GPU sends (n-1)/n of its buffer, to every other GPU at once;
-        # send/receive (nccl-tests sendrecv): each GPU sends its buffer to the next, all at once,
-        # the pair that crosses to the next node through one NIC
-        algbw = grp.pair_bw / factor if collective == "alltoall" else min(grp.intra_bw, grp.nic_bw)
+        # all-to-all: each GPU sends nbytes/n to each of the n-1 others at once, each flow at the
+        # bottleneck pair rate (pair_bw: the busiest port's bandwidth over the flows on it), so the
+        # buffer moves at n x pair_bw; send/receive (nccl-tests sendrecv): each GPU sends its buffer
+        # to the next, all at once, the pair that crosses to the next node through one NIC
+        algbw = grp.n * grp.pair_bw if collective == "alltoall" else min(grp.intra_bw, grp.nic_bw)
         time = latency + nbytes / algbw
         return [Plan("p2p", "Simple", latency, algbw, time, nbytes / time * factor)]
     steps, net_steps = STEPS[collective](n), NET_STEPS[collective](grp.nodes)
@@ -226,7 +235,7 @@ def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
         steps = max(1, math.floor(math.log2(grp.nodes)))  # tuning.cc log2i(nNodes)
         latency = (HW_LATENCY_US["nvlink"]["nvls_tree"]["Simple"]
                    + 2 * steps * HW_LATENCY_US["net"]["nvls_tree"]["Simple"]) * 1e-6
-        algbw = min(grp.nvls_node, grp.net_bw * (1.0 if grp.nodes <= 2 else 0.5))
+        algbw = min(grp.nvls_node, grp.heads_bw * (1.0 if grp.nodes <= 2 else 0.5))
         time = latency + nbytes / algbw
         out.append(Plan("nvls_tree", "Simple", latency, algbw, time, nbytes / time * factor))
     return out
