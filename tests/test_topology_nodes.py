@@ -181,3 +181,14 @@ def test_all_to_all_moves_each_gpus_buffer_at_its_link_rate():
     assert grp.pair_bw == pytest.approx(721.8e9 / 7)
     assert plan.algbw == pytest.approx(8 * 721.8e9 / 7, rel=1e-12)
     assert plan.busbw == pytest.approx(721.8e9, rel=1e-3)
+
+
+def test_copies_staged_through_host_memory_cross_the_staging_ports_where_the_node_states_a_rate():
+    """pcie-4xa100 (no PCIe switch, no P2P through a root complex): every pair stages through host memory at
+    the rate measured on that box (links catalog shm-pcie4), so a ring runs at it; a box with no stated rate
+    keeps its PCIe and socket links."""
+    t = topology("pcie-4xa100")
+    assert names(t, 0, 1) == ["gpu0.pcie.tx", "gpu0.shm.tx", "gpu1.pcie.rx", "gpu1.shm.rx"]
+    assert names(t, 1, 2) == ["gpu1.pcie.tx", "gpu1.shm.tx", "node0.socket0to1", "gpu2.pcie.rx", "gpu2.shm.rx"]
+    assert nccl.group(t, range(4), "ampere").intra_bw == pytest.approx(5.2e9)
+    assert all(".shm." not in n for n in names(topology("pcie-8xl40s"), 0, 5))

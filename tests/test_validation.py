@@ -35,7 +35,7 @@ TOLERANCE = {
     # keep today's accuracy from getting worse.
     ("dit_pixart_strategies", "latency_s"): (25, 55),
     ("dit_pipefusion_patches", "latency_s"): (15, 31),
-    ("dit_scaling_a100", "latency_s"): (30, 75),  # out of sample (not in ../shared/reference)
+    ("dit_scaling_a100", "latency_s"): (15, 37),  # out of sample (not in ../shared/reference)
     # xDiT's 8xL20 plot (issue 14, out of sample): the 4096 DistriFusion OOM is not reproduced (the
     # simulator fits it in 48 GB): an OOM mismatch, counted apart (test_oom_rows_are_a_status_not_an_error)
     ("dit_xdit_l20_strategies", "latency_s"): (16, 142),
@@ -47,9 +47,9 @@ TOLERANCE = {
     # Out of sample (not in ../shared/reference): vLLM V0's latency benchmark on Mixtral; its tp 8 rows
     # carry V0's per-step host time (issue 13), see the family's notes.
     ("vllm_latency_mixtral", "batch_latency_s"): (40, 62),
-    # NCCL collectives (issue 14): the median meets 10%; the worst rows are a PCIe box whose GPUs stage
-    # through host memory (NCCL's SHM transport, not modelled) and A100 mid-size protocol limits.
-    ("nccl_collectives", "busbw_gbps"): (10, 325),
+    # NCCL collectives (issue 14): the median meets 10%; the worst rows are the OCI A100 small sizes (an
+    # older NCCL's latency) and NVLSTree across GB200 racks: see the family's notes.
+    ("nccl_collectives", "busbw_gbps"): (10, 118),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (55, 55),
