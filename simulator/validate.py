@@ -27,7 +27,15 @@ from .errors import ConfigError
 from .progress import Progress
 from .project import scenarios_dir
 
-ROW_COLUMNS = ["family", "case", "metric", "predicted", "measured", "error_pct", "note"]
+ROW_COLUMNS = ["family", "case", "metric", "predicted", "measured", "error_pct", "note", "status"]
+STATUSES = {
+    "ok": "a number predicted against a number measured: error_pct is the signed error",
+    "oom": "measured OOM and the simulator reports OOM: agrees, no error to count",
+    "missed_oom": "measured OOM but the simulator fits the run: a miss with no number",
+    "sim_oom": "the simulator reports OOM for a run that was measured: a miss with no number",
+}
+"""A row's validation status. OOM rows carry no error (NaN), so they never enter a family's median or
+max; the two mismatches are counted per family (``oom_mismatches``) and fail its target."""
 TARGET_MEDIAN_PCT = 10.0
 TARGET_MAX_PCT = 25.0
 MARK_START = "<!-- fidelity:start -->"
@@ -197,12 +205,13 @@ def _simulate_case(fam: Family, case: Case, summaries: dict | None = None) -> li
         summaries[case.name] = s
     if isinstance(case.measured, str):  # measured OOM
         got_oom = s.get("status") == "oom"
-        return [dict(metric=fam.metric, predicted=math.nan, measured=math.nan,
-                     error_pct=0.0 if got_oom else math.inf,
-                     note="OOM measured and predicted" if got_oom else "OOM measured, simulator fits")]
+        pred = math.nan if got_oom else _lookup(s, METRICS[fam.metric][0])
+        return [dict(metric=fam.metric, predicted=pred, measured=math.nan, error_pct=math.nan,
+                     note="OOM measured and predicted" if got_oom else "OOM measured, simulator fits",
+                     status="oom" if got_oom else "missed_oom")]
     if s.get("status") == "oom":
-        return [dict(metric=fam.metric, predicted=math.nan, measured=float(case.measured), error_pct=math.inf,
-                     note="simulator predicts OOM")]
+        return [dict(metric=fam.metric, predicted=math.nan, measured=float(case.measured), error_pct=math.nan,
+                     note="simulator predicts OOM for a measured run", status="sim_oom")]
     measured = case.measured if isinstance(case.measured, dict) else {fam.metric: case.measured}
     if case.stage is not None:  # a load stage's own block: the same metric keys, over its requests
         stages = s.get("stages") or []
@@ -267,7 +276,7 @@ def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
     rows, summaries = [], {}
     for case in fam.cases:
         for r in CASE_KINDS[fam.kind](fam, case, summaries):
-            rows.append({"family": fam.name, "case": case.name, **r})
+            rows.append({"family": fam.name, "case": case.name, "status": "ok", **r})
         if progress is not None:
             progress.update(1, fam.name)
     return rows
@@ -289,15 +298,37 @@ def run_validation(families: Iterable[str] | None = None, directory: str | Path 
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
-    """Per family (and metric): rows, median and max |error| %, and whether the targets are met."""
+    """Per family (and metric): rows, median and max |error| % over its numeric rows, its OOM mismatches
+    (rows the simulator and the measurement disagree on fitting), and whether the targets are met."""
     out = []
     for (fam, metric), g in table.groupby(["family", "metric"], sort=False):
         err = g["error_pct"].abs().to_numpy(dtype=float)
-        med = float(np.nanmedian(err)) if np.isfinite(err).any() or np.isinf(err).any() else math.nan
-        mx = float(np.nanmax(err)) if len(err) and not np.isnan(err).all() else math.nan
+        med = float(np.nanmedian(err)) if np.isfinite(err).any() else math.nan
+        mx = float(np.nanmax(err)) if np.isfinite(err).any() else math.nan
+        status = g["status"] if "status" in g else pd.Series(["ok"] * len(g))
+        mismatches = int(status.isin(["missed_oom", "sim_oom"]).sum())
         out.append({"family": fam, "metric": metric, "rows": len(g), "median_abs_pct": med, "max_abs_pct": mx,
-                    "meets_target": bool(med <= TARGET_MEDIAN_PCT and mx <= TARGET_MAX_PCT)})
-    return pd.DataFrame(out, columns=["family", "metric", "rows", "median_abs_pct", "max_abs_pct", "meets_target"])
+                    "oom_mismatches": mismatches,
+                    "meets_target": bool(med <= TARGET_MEDIAN_PCT and mx <= TARGET_MAX_PCT and not mismatches)})
+    return pd.DataFrame(out, columns=["family", "metric", "rows", "median_abs_pct", "max_abs_pct", "oom_mismatches",
+                                      "meets_target"])
+
+
+def _err_text(r) -> str:
+    """A row's error column: the signed error, or what its OOM status says."""
+    status = getattr(r, "status", "ok")
+    if status == "missed_oom":
+        return "OOM missed"
+    if status == "sim_oom":
+        return "sim OOM"
+    if status == "oom":
+        return "OOM ok"
+    return "-" if math.isnan(r.error_pct) else f"{r.error_pct:+.1f}%"
+
+
+def _target_text(r, met: str = "met", missed: str = "MISSED") -> str:
+    extra = f" ({r.oom_mismatches} OOM mismatch{'es' if r.oom_mismatches > 1 else ''})" if r.oom_mismatches else ""
+    return (met if r.meets_target else missed) + extra
 
 
 def _fmt(v: float) -> str:
@@ -313,7 +344,7 @@ def format_table(table: pd.DataFrame) -> str:
     """Plain-text table: every row, then each family's median and max |error|."""
     lines = [f"{'family':<24} {'case':<44} {'metric':<20} {'predicted':>10} {'measured':>10} {'error':>8}"]
     for r in table.itertuples():
-        err = "-" if math.isnan(r.error_pct) else ("OOM?" if math.isinf(r.error_pct) else f"{r.error_pct:+.1f}%")
+        err = _err_text(r)
         lines.append(f"{r.family:<24} {r.case[:44]:<44} {r.metric:<20} {_fmt(r.predicted):>10} "
                      f"{_fmt(r.measured):>10} {err:>8}")
     lines.append("")
@@ -321,7 +352,7 @@ def format_table(table: pd.DataFrame) -> str:
                  f"(median <= {TARGET_MEDIAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%)")
     for r in summarize(table).itertuples():
         lines.append(f"{r.family:<24} {r.metric:<20} {r.rows:>4} {r.median_abs_pct:>11.1f}% "
-                     f"{r.max_abs_pct:>9.1f}%  {'met' if r.meets_target else 'MISSED'}")
+                     f"{r.max_abs_pct:>9.1f}%  {_target_text(r)}")
     return "\n".join(lines)
 
 
@@ -335,7 +366,7 @@ def fidelity_markdown(table: pd.DataFrame, directory: str | Path | None = None) 
              "| --- | --- | ---: | ---: | ---: | --- |"]
     for r in s.itertuples():
         lines.append(f"| {r.family} | {r.metric} | {r.rows} | {r.median_abs_pct:.1f}% | {r.max_abs_pct:.1f}% | "
-                     f"{'met' if r.meets_target else 'missed'} |")
+                     f"{_target_text(r, 'met', 'missed')} |")
     for name, g in table.groupby("family", sort=False):
         fam = fams.get(name)
         lines += ["", f"**{fam.title if fam else name}** — source: {fam.source if fam else '?'}", ""]
@@ -343,10 +374,9 @@ def fidelity_markdown(table: pd.DataFrame, directory: str | Path | None = None) 
             lines += [" ".join(str(fam.notes).split()), ""]
         lines += ["| case | metric | predicted | measured | error |", "| --- | --- | ---: | ---: | ---: |"]
         for r in g.itertuples():
-            err = "-" if math.isnan(r.error_pct) else ("OOM mismatch" if math.isinf(r.error_pct)
-                                                       else f"{r.error_pct:+.1f}%")
-            pred = "OOM" if (r.note or "").startswith("OOM measured and") else _fmt(r.predicted)
-            meas = "OOM" if (r.note or "").startswith("OOM") else _fmt(r.measured)
+            err = _err_text(r)
+            pred = "OOM" if r.status in ("oom", "sim_oom") else _fmt(r.predicted)
+            meas = "OOM" if r.status in ("oom", "missed_oom") else _fmt(r.measured)
             lines.append(f"| {r.case} | {r.metric} | {pred} | {meas} | {err} |")
     return "\n".join(lines)
 

@@ -35,10 +35,10 @@ TOLERANCE = {
     # keep today's accuracy from getting worse.
     ("dit_pixart_strategies", "latency_s"): (25, 55),
     ("dit_pipefusion_patches", "latency_s"): (15, 31),
-    ("dit_scaling_a100", "latency_s"): (30, 75),  # out of sample (not in ../shared/reference)
+    ("dit_scaling_a100", "latency_s"): (15, 37),  # out of sample (not in ../shared/reference)
     # xDiT's 8xL20 plot (issue 14, out of sample): the 4096 DistriFusion OOM is not reproduced (the
-    # simulator fits it in 48 GB), so its max is infinite; the median is asserted
-    ("dit_xdit_l20_strategies", "latency_s"): (16, math.inf),
+    # simulator fits it in 48 GB): an OOM mismatch, counted apart (test_oom_rows_are_a_status_not_an_error)
+    ("dit_xdit_l20_strategies", "latency_s"): (16, 142),
     # A live vLLM under load (issue 11): what it meets after the issue's step work; the 20 req/s
     # stages still saturate in the simulator (TTFT of seconds), see the family's notes.
     ("vllm_serving_h100", "ttft_ms"): (34, 30_000),
@@ -47,9 +47,9 @@ TOLERANCE = {
     # Out of sample (not in ../shared/reference): vLLM V0's latency benchmark on Mixtral; its tp 8 rows
     # carry V0's per-step host time (issue 13), see the family's notes.
     ("vllm_latency_mixtral", "batch_latency_s"): (40, 62),
-    # NCCL collectives (issue 14): the median meets 10%; the worst rows are a PCIe box whose GPUs stage
-    # through host memory (NCCL's SHM transport, not modelled) and A100 mid-size protocol limits.
-    ("nccl_collectives", "busbw_gbps"): (10, 325),
+    # NCCL collectives (issue 14): the median meets 10%; the worst rows are the OCI A100 small sizes (an
+    # older NCCL's latency) and NVLSTree across GB200 racks: see the family's notes.
+    ("nccl_collectives", "busbw_gbps"): (10, 118),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (55, 55),
@@ -163,3 +163,29 @@ def test_bad_family_file_names_file_and_key(tmp_path):
 def test_unknown_family_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown validation family"):
         run_validation(["no_such_family"])
+
+
+def test_oom_rows_are_a_status_not_an_error():
+    """A row the simulator and the measurement disagree on fitting carries no number (it cannot poison a
+    family's max), is counted as an OOM mismatch and fails the family's target; an agreed OOM is no error."""
+    import pandas as pd
+
+    from simulator.validate import ROW_COLUMNS
+
+    rows = [dict(family="f", case="a", metric="m", predicted=11.0, measured=10.0, error_pct=10.0, note="", status="ok"),
+            dict(family="f", case="b", metric="m", predicted=5.0, measured=math.nan, error_pct=math.nan,
+                 note="OOM measured, simulator fits", status="missed_oom"),
+            dict(family="g", case="c", metric="m", predicted=9.5, measured=10.0, error_pct=-5.0, note="", status="ok"),
+            dict(family="g", case="d", metric="m", predicted=math.nan, measured=math.nan, error_pct=math.nan,
+                 note="OOM measured and predicted", status="oom")]
+    s = summarize(pd.DataFrame(rows, columns=ROW_COLUMNS)).set_index("family")
+    assert (s.loc["f", "max_abs_pct"], s.loc["f", "oom_mismatches"], bool(s.loc["f", "meets_target"])) == (10.0, 1, False)
+    assert (s.loc["g", "max_abs_pct"], s.loc["g", "oom_mismatches"], bool(s.loc["g", "meets_target"])) == (5.0, 0, True)
+    text = fidelity_markdown(pd.DataFrame(rows, columns=ROW_COLUMNS))
+    assert "| b | m | 5 | OOM | OOM missed |" in text and "missed (1 OOM mismatch)" in text
+
+
+def test_the_l20_distrifusion_oom_is_reported_as_a_miss(table, summary):
+    row = table[(table.family == "dit_xdit_l20_strategies") & (table.case == "4096 distrifusion")].iloc[0]
+    assert row.status == "missed_oom" and math.isnan(row.error_pct) and row.predicted > 0
+    assert summary[summary.family == "dit_xdit_l20_strategies"].iloc[0].oom_mismatches == 1

@@ -80,6 +80,8 @@ FIELD_DOCS: dict[str, str] = {
     "NodeSpec.p2p": "PCIe peer-to-peer: all, switch (under a common switch only, NCCL's default), none (via host memory).",
     "NodeSpec.nic": "The NIC link.",
     "NodeSpec.nics": "NICs per node.",
+    "NodeSpec.shm": ("The rate a copy between GPUs without peer access reaches when staged through host memory "
+                     "(NCCL's SHM transport), per sending and per receiving GPU; null: only the route's links limit it."),
     "NodeSpec.sources": "Where each figure comes from; not used by the model.",
     "CPUCosts.name": "Name of the CPU cost profile.",
     "CPUCosts.tokenize_per_token": "API server: tokenizing one prompt token.",

@@ -190,7 +190,7 @@ def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) 
     return hw
 
 
-NODE_LINKS = ("nvlink", "pcie", "switch_uplink", "socket_link", "nic")
+NODE_LINKS = ("nvlink", "pcie", "switch_uplink", "socket_link", "nic", "shm")
 
 
 def _base_name(value: Any) -> Any:

@@ -107,6 +107,7 @@ class NodeSpec(Strict):
     p2p: Literal["all", "switch", "none"] = "switch"
     nic: Optional[LinkSpec] = None
     nics: Annotated[int, Field(ge=0, le=1024)] = 0
+    shm: Optional[LinkSpec] = None  # host-memory staging of a copy between GPUs without peer access
     sources: dict[str, str] = {}
 
     @model_validator(mode="after")
