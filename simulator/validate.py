@@ -54,6 +54,7 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "e2e_ratio": (("e2e_ms", "mean"), "x"),
     "prefix_hit_rate": (("prefix_cache", "hit_rate"), "share"),  # prompt tokens found in the prefix cache
     "kv_transfer_ms": (("disaggregation", "transfer_ms", "mean"), "ms"),  # prefill -> decode KV copy
+    "copy_gbps": ((), "GB/s"),  # a KV copy between a GPU and host memory on the offload route (kind: host_copy)
 }
 RATIOS = frozenset({"throughput_ratio", "tpot_ratio", "ttft_ratio", "e2e_ratio"})
 """Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""
@@ -300,8 +301,38 @@ def _prefix_replay_case(fam: Family, case: Case, summaries: dict | None = None) 
                  note=case.note)]
 
 
+def _host_copy_case(fam: Family, case: Case, summaries: dict | None = None) -> list[dict]:
+    """KV blocks copied between GPU 0 and host memory on the route the KV offload tier uses
+    (``Topology.offload_route``, flows on the shared Fabric): ``gpu`` (catalog name), ``direction``
+    (``d2h``, ``h2d`` or ``both`` at once) and ``size`` (bytes each way); the metric is the bytes
+    moved over the time the copies take, in GB/s (both directions summed for ``both``)."""
+    import simpy
+
+    from .config.loader import load_scenario
+    from .hardware.topology import Topology
+
+    o = {**fam.base, **case.overrides}
+    try:
+        hw = load_scenario({"model": "llama-3-8b", "hardware": {"gpu": o["gpu"]}}).hardware
+        size, direction = float(o["size"]), str(o.get("direction", "d2h"))
+        ways = {"d2h": ["tx"], "h2d": ["rx"], "both": ["tx", "rx"]}[direction]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"case {case.name!r}: needs gpu, size and direction d2h|h2d|both ({exc})",
+                          file=fam.path) from None
+    env = simpy.Environment()
+    topo = Topology.from_hardware(env, hw, 1)
+    for way in ways:
+        ports, latency = topo.offload_route(0, way)
+        topo.fabric.transfer(ports, size, latency, f"copy {way}")
+    env.run()
+    pred = size * len(ways) / env.now / 1e9
+    measured = float(case.measured["copy_gbps"] if isinstance(case.measured, dict) else case.measured)
+    return [dict(metric="copy_gbps", predicted=pred, measured=measured, error_pct=error_pct(pred, measured),
+                 note=case.note)]
+
+
 CASE_KINDS = {"simulate": _simulate_case, "image_encode": _image_case, "collective": _collective_case,
-              "prefix_replay": _prefix_replay_case}
+              "prefix_replay": _prefix_replay_case, "host_copy": _host_copy_case}
 """A family's ``kind`` -> how one of its cases is predicted (each takes the family, the case and the
 summaries of the family's earlier cases, which ratio metrics divide by)."""
 

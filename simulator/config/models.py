@@ -268,7 +268,8 @@ class Serving(Strict):
     stream_interval: Count(MAX_CONTEXT) = 1
     block_size: Count(1 << 16) = 16
     gpu_memory_utilization: Fraction = 0.9
-    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "session_affinity"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "cache_aware",
+                    "session_affinity"] = "round_robin"
     prefix_caching: bool = False
     kv_offload: Optional[KVOffload] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
