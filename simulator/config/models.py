@@ -567,6 +567,23 @@ class LLMScenario(ScenarioBase):
     disaggregation: Optional[Disaggregation] = None
 
     @model_validator(mode="after")
+    def _kv_identity(self):
+        """Prefix caching and prefix-affinity routing need prompts whose prefixes are known; session
+        affinity needs sessions."""
+        w, sv = self.workload, self.serving
+        has_prefix = bool(w.trace and str(w.trace).endswith(".jsonl")) or w.prefix is not None or w.sessions is not None
+        source = "a Mooncake .jsonl trace, workload.prefix or workload.sessions"
+        if sv.prefix_caching and not has_prefix:
+            raise ConfigError(f"serving.prefix_caching needs prompts with prefix identity: {source}",
+                              path="serving.prefix_caching")
+        if sv.router == "prefix_affinity" and not has_prefix:
+            raise ConfigError(f"router prefix_affinity needs prompts with prefix identity: {source}",
+                              path="serving.router")
+        if sv.router == "session_affinity" and w.sessions is None:
+            raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
+        return self
+
+    @model_validator(mode="after")
     def _pools_own_their_parallelism(self):
         """With disaggregation each pool sets its replicas and TP; ``parallel`` must not say otherwise."""
         if self.disaggregation is None:

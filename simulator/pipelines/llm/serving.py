@@ -331,9 +331,6 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
     table.prefix = getattr(specs, "prefix", None)
     table.session = getattr(specs, "session", None)
-    if sv.prefix_caching and table.prefix is None:
-        raise ConfigError("serving.prefix_caching needs prompts with prefix identity: a Mooncake .jsonl trace, "
-                          "workload.prefix or workload.sessions", path="serving.prefix_caching")
     # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
     # disaggregated request's rows lie on two replicas far apart in steps: keep every row
     keep_rows = sv.detokenizer == "separate" or scenario.disaggregation is not None
