@@ -576,8 +576,8 @@ class LLMScenario(ScenarioBase):
         if sv.prefix_caching and not has_prefix:
             raise ConfigError(f"serving.prefix_caching needs prompts with prefix identity: {source}",
                               path="serving.prefix_caching")
-        if sv.router == "prefix_affinity" and not has_prefix:
-            raise ConfigError(f"router prefix_affinity needs prompts with prefix identity: {source}",
+        if sv.router in ("prefix_affinity", "cache_aware") and not has_prefix:
+            raise ConfigError(f"router {sv.router} needs prompts with prefix identity: {source}",
                               path="serving.router")
         if sv.router == "session_affinity" and w.sessions is None:
             raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
