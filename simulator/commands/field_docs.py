@@ -148,8 +148,9 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.block_size": "Tokens per KV-cache block.",
     "Serving.gpu_memory_utilization": "Fraction of GPU memory the engine may use for weights, activations and KV.",
     "Serving.router": ("How requests are spread over replicas: in turn, fewest unfinished requests, fewest KV "
-                       "blocks in use, the longest cached prefix while loads are balanced (SGLang's cache-aware "
-                       "router), or by session id."),
+                       "blocks in use, the longest cached prefix while loads are balanced (prefix_affinity: read "
+                       "from the replicas' caches; cache_aware: from the router's own tree of the prompts it "
+                       "routed, as SGLang's router keeps it), or by session id."),
     "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
                            "to CPU memory over the host link and loaded back instead of recomputed."),
     "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",

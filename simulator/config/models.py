@@ -269,7 +269,8 @@ class Serving(Strict):
     stream_interval: Count(MAX_CONTEXT) = 1
     block_size: Count(1 << 16) = 16
     gpu_memory_utilization: Fraction = 0.9
-    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "session_affinity"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "cache_aware",
+                    "session_affinity"] = "round_robin"
     prefix_caching: bool = False
     kv_offload: Optional[KVOffload] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
@@ -576,8 +577,8 @@ class LLMScenario(ScenarioBase):
         if sv.prefix_caching and not has_prefix:
             raise ConfigError(f"serving.prefix_caching needs prompts with prefix identity: {source}",
                               path="serving.prefix_caching")
-        if sv.router == "prefix_affinity" and not has_prefix:
-            raise ConfigError(f"router prefix_affinity needs prompts with prefix identity: {source}",
+        if sv.router in ("prefix_affinity", "cache_aware") and not has_prefix:
+            raise ConfigError(f"router {sv.router} needs prompts with prefix identity: {source}",
                               path="serving.router")
         if sv.router == "session_affinity" and w.sessions is None:
             raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
