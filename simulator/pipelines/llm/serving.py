@@ -33,6 +33,7 @@ from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
 from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
+from .speculative import SpecDecoder, merged_stats as spec_stats
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
@@ -311,6 +312,9 @@ class ServingSystem:
         tiers = offload_stats(e.sched.offload.tier for e in self.engines if e.sched.offload is not None)
         if tiers is not None:
             result.summary["kv_offload"] = tiers
+        spec = spec_stats(e.spec for e in self.engines)
+        if spec is not None:
+            result.summary["speculative"] = spec
         _assess(result.summary, scenario, table, cut)
         return result
 
@@ -360,6 +364,8 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
         for k in range(q.first_replica, q.first_replica + q.replicas):
             engine = Engine(env, k, settings, table, q.cost, q.kv_blocks, replicas[k], frontend, records, cache,
                             _offloader(env, sv, topo, q, replicas[k].first_gpu))
+            if sv.speculative is not None:
+                engine.speculate(SpecDecoder.from_scenario(q.scenario, q.cost, k))
             system.engines.append(engine)
             by_role.setdefault(q.role, []).append(engine)
     frontend.engines.extend(by_role.get("both") or by_role["prefill"])
