@@ -135,7 +135,8 @@ class SpeculativeSummary(_Summary):
     """Speculative decoding over all replicas: draft tokens per step, the per-position acceptance
     rates, the tokens a verify step is expected to emit under them, the mean it emitted
     (acceptance length: accepted drafts plus the bonus, capped by the output length), the share of
-    drafts accepted, and how many request-steps verified drafts."""
+    drafts accepted, how many request-steps verified drafts, and the inter-token latency per
+    received chunk (a chunk carries a step's tokens; ``itl_ms`` counts its further tokens as zero gaps)."""
 
     tokens: int
     acceptance: list[float]
@@ -143,6 +144,7 @@ class SpeculativeSummary(_Summary):
     acceptance_length: Optional[float]
     draft_acceptance_rate: Share
     verify_steps: int
+    itl_per_chunk_ms: Optional[Percentiles] = None  # gaps between chunks (null when ITL is sketched)
 
 
 class LLMMemory(_Summary):

@@ -90,7 +90,8 @@ def format_llm(result) -> str:
         sp = s["speculative"]
         lines.append(f"  speculative: {sp['tokens']} draft tokens/step, {_n(sp['acceptance_length'], '.2f')} tokens per "
                      f"verify step (expected {sp['expected_tokens_per_step']:.2f}), {_pct(sp['draft_acceptance_rate'])} "
-                     "of drafts accepted")
+                     "of drafts accepted; ITL per chunk "
+                     f"{_n((sp.get('itl_per_chunk_ms') or {}).get('mean'), '.2f')} ms mean")
     lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
 

@@ -314,6 +314,10 @@ class ServingSystem:
             result.summary["kv_offload"] = tiers
         spec = spec_stats(e.spec for e in self.engines)
         if spec is not None:
+            # a chunk carries a step's accepted tokens: the gaps between chunks (what vllm bench
+            # serve's ITL measures; itl_ms counts a chunk's further tokens as zero gaps)
+            gaps = result.itl
+            spec["itl_per_chunk_ms"] = stats_of(gaps[gaps > 0], 1e3) if gaps is not None else None
             result.summary["speculative"] = spec
         _assess(result.summary, scenario, table, cut)
         return result
