@@ -7,9 +7,10 @@ the correction; vllm/v1/spec_decode/eagle.py and llm_base_proposer.py ``propose`
 once over the tokens the target just computed, then ``num_speculative_tokens - 1`` single-token
 passes, so a step's drafts are ready for the next one):
 
-- **Verify.** Each decoding request feeds its last token and its k drafts: k + 1 tokens attending
-  to its context, priced as a chunk (p = computed, n = k + 1) of the cost model (causal attention
-  over the new tokens, every token through the GEMMs, logits for all k + 1 positions).
+- **Verify.** Each decoding request feeds its last token and its k drafts: k + 1 query tokens
+  attending to its context, priced by the cost model's decode path with ``decode_queries = k + 1``
+  (the decode attention kernel reads each request's K/V once for its k + 1 queries; every token
+  goes through the GEMMs; logits for all k + 1 positions).
 - **Accept.** Draft position i is accepted with probability ``alpha[i]`` given that the ones before
   it were (Leviathan et al., "Fast Inference from Transformers via Speculative Decoding", ICML 2023,
   Sec. 3: with a constant rate alpha the expected tokens per step are (1 - alpha^(k+1)) / (1 - alpha),
@@ -88,18 +89,19 @@ class ModelProposer(Proposer):
     def __init__(self, cost: LLMCostModel):
         self.cost = cost
 
-    def _pass(self, ctx: float, n_decode: int, chunks, sampled: int) -> float:
-        c = self.cost.step(ctx, n_decode, chunks, sampled)
-        tokens = n_decode + sum(n for _, n in chunks)
+    def _pass(self, ctx: float, n_decode: int, chunks, sampled: int, queries: int = 1) -> float:
+        c = self.cost.step(ctx, n_decode, chunks, sampled, queries)
+        tokens = n_decode * queries + sum(n for _, n in chunks)
         return c.compute + (self.cost.comm_time(tokens) if self.cost.tp > 1 else 0.0)
 
     def gpu_time(self, verify, chunks, sequences: int, k: int) -> float:
         if not sequences and not chunks:
             return 0.0
-        first = [(int(p), k + 1) for p in verify] + list(chunks)
-        total = self._pass(0.0, 0, first, sequences)
+        n = len(verify)
+        ctx = float(np.sum(verify)) + n * (k + 1)  # the verified requests' contexts after the step
+        total = self._pass(ctx, n, list(chunks), sequences, k + 1)
         if sequences:
-            ctx = float(np.sum(verify)) + len(verify) * (k + 1) + sum(p + n for p, n in chunks)
+            ctx += sum(p + n_new for p, n_new in chunks)
             for j in range(1, k):
                 total += self._pass(ctx + j * sequences, sequences, (), sequences)
         return total
@@ -208,8 +210,8 @@ class SpecDecoder:
         chunks, logits for ``sampled`` positions, then drafting for the ``sequences`` requests that
         sampled a token."""
         k = self.k
-        verify = [(int(p), k + 1) for p in comp] + list(chunks)
-        target = cost.step(0.0, 0, verify, sampled).compute
+        ctx = float(comp.sum()) + len(comp) * (k + 1)
+        target = cost.step(ctx, len(comp), list(chunks), sampled, k + 1).compute
         return target + self.proposer.gpu_time(comp, list(chunks), sequences, k)
 
     def record(self, accepted: np.ndarray, emitted: np.ndarray) -> None:
