@@ -50,8 +50,9 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "busbw_gbps": ((), "GB/s"),  # a collective's nccl-tests bus bandwidth (kind: collective)
     "throughput_ratio": (("throughput", "output_tokens_per_s"), "x"),  # of the case over its relative_to case
     "tpot_ratio": (("tpot_ms", "mean"), "x"),
+    "e2e_ratio": (("e2e_ms", "mean"), "x"),  # mean E2E of the case over its relative_to case's
 }
-RATIOS = frozenset({"throughput_ratio", "tpot_ratio"})
+RATIOS = frozenset({"throughput_ratio", "tpot_ratio", "e2e_ratio"})
 """Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""
 
 
