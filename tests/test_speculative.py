@@ -3,7 +3,9 @@ proposers' costs, KV slots of rejected drafts released, chunks of several tokens
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from simulator.observe.spans import SpanRecorder
 from simulator.pipelines.llm import serving
 from simulator.pipelines.llm.scheduler import Scheduler
 from simulator.pipelines.llm.speculative import SPEC_METHODS, NgramProposer, alpha_for, expected_tokens
+from simulator.validate import discover
 from simulator.workloads.arrivals import make_requests
 
 from test_llm_scheduler import settings, table
@@ -176,3 +179,17 @@ def test_bad_speculative_settings_are_one_line_errors(over, path, words):
         run(**over)
     assert exc.value.path.startswith(path), exc.value.path
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_validation_family_carries_the_reference_csvs_figures():
+    ref = Path(__file__).resolve().parents[1] / "scenarios" / "validation" / "reference" / "speculative_decoding.csv"
+    with open(ref) as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    fam = next(f for f in discover() if f.name == "speculative_decoding")
+    checked = [c for c in fam.cases if c.measured]
+    assert len(checked) == 13
+    for case in checked:
+        (metric, value), = case.measured.items()
+        row = rows[case.note.split(":")[0]]
+        want = (float(row["value"]) / float(row["baseline_value"]) if metric == "e2e_ratio" else float(row["value"]))
+        assert value == pytest.approx(want, abs=5e-5), case.name

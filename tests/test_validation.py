@@ -58,6 +58,10 @@ TOLERANCE = {
     ("last_mile_engines", "throughput_ratio"): (30, 51),
     ("last_mile_engines", "step_gap_ms"): (35, 100),
     ("last_mile_engines", "tpot_ms"): (46, 53),
+    # Speculative decoding (issue 16): the low-load speed-ups are near; the high-load slowdowns of
+    # vLLM 0.6 (its spec-decode host path) are not reproduced, see the family's notes.
+    ("speculative_decoding", "e2e_ratio"): (21, 75),
+    ("speculative_decoding", "throughput_ratio"): (16, 27),
 }
 
 
