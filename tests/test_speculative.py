@@ -193,3 +193,15 @@ def test_the_validation_family_carries_the_reference_csvs_figures():
         row = rows[case.note.split(":")[0]]
         want = (float(row["value"]) / float(row["baseline_value"]) if metric == "e2e_ratio" else float(row["value"]))
         assert value == pytest.approx(want, abs=5e-5), case.name
+
+
+def test_the_drafters_weights_and_kv_cache_take_from_the_kv_pool():
+    sc = sim.load_scenario(BASE, overrides={"serving.speculative": {"method": "draft", "draft_model": "qwama-0.5b",
+                                                                    "tokens": K}})
+    target = serving.build_cost(sc)
+    draft = SPEC_METHODS["draft"].build(sc, target).cost
+    plain_blocks, _ = serving.kv_capacity(sim.load_scenario(BASE, overrides={"serving.speculative": None}), target)
+    blocks, memory = serving.kv_capacity(sc, target)
+    assert memory["weights_gib"] * 2**30 == pytest.approx(target.weight_bytes_per_gpu() + draft.weight_bytes_per_gpu())
+    per_block = (target.kv_bytes_per_token_per_gpu() + draft.kv_bytes_per_token_per_gpu()) * 16
+    assert blocks == int((memory["kv_cache_gib"] * 2**30) // per_block) < plain_blocks

@@ -33,7 +33,7 @@ from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
 from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
-from .speculative import SpecDecoder, merged_stats as spec_stats
+from .speculative import SPEC_METHODS, SpecDecoder, merged_stats as spec_stats
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
@@ -72,6 +72,11 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit."""
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
+    kv_token = cost.kv_bytes_per_token_per_gpu()
+    if sv.speculative is not None:  # the drafter's weights and KV cache share the GPUs' memory
+        drafter_weights, drafter_kv = SPEC_METHODS[sv.speculative.method].build(scenario, cost).memory()
+        weights += drafter_weights
+        kv_token += drafter_kv
     act = cost.peak_activation_bytes(sv.max_batched_tokens, sv.max_batch)
     act_logits = cost.peak_activation_bytes(0, sv.max_batch)
     act_tokens = act - act_logits
@@ -88,7 +93,7 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
         key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
         raise DoesNotFit(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
                          f"lower {key}, raise parallel.tp, or use a larger GPU", key, memory)
-    per_block = cost.kv_bytes_per_token_per_gpu() * sv.block_size
+    per_block = kv_token * sv.block_size
     return int(kv_bytes // per_block), memory
 
 

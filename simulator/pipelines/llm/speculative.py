@@ -79,6 +79,10 @@ class Proposer:
         """Engine-process CPU seconds to draft for requests of ``contexts`` tokens."""
         return 0.0
 
+    def memory(self) -> tuple[float, float]:
+        """(weight bytes, KV bytes per token) the proposer holds on the busiest GPU of the replica."""
+        return 0.0, 0.0
+
 
 class ModelProposer(Proposer):
     """A drafter with its own transformer (a small LLM, or an EAGLE head): a first pass over the
@@ -86,8 +90,18 @@ class ModelProposer(Proposer):
     k - 1 passes of one token per drafting request (vLLM V1 ``propose``). Each pass costs its cost
     model's step plus its TP all-reduces on an idle link (the step's own traffic stays the target's)."""
 
-    def __init__(self, cost: LLMCostModel):
+    def __init__(self, cost: LLMCostModel, shares_embeddings: bool = False):
         self.cost = cost
+        self.shares_embeddings = shares_embeddings  # an EAGLE head uses the target's embedding and LM head
+
+    def memory(self) -> tuple[float, float]:
+        """The drafter's weights and its own KV cache per token on each of its GPUs (vLLM sizes the
+        KV pool with the drafter loaded and gives the drafter a KV cache of its own layers)."""
+        c = self.cost
+        weights = c.weight_bytes_per_gpu()
+        if self.shares_embeddings:
+            weights -= c.shape.vocab * c.shape.hidden / c.tp * c.b
+        return weights, c.kv_bytes_per_token_per_gpu()
 
     def _pass(self, ctx: float, n_decode: int, chunks, sampled: int, queries: int = 1) -> float:
         c = self.cost.step(ctx, n_decode, chunks, sampled, queries)
@@ -160,7 +174,7 @@ SPEC_METHODS = {
         DefaultAcceptance(2.70, 3, "vLLM blog 2026-03-13 P-EAGLE (vllm-project.github.io@c3a01c4 "
                           "_posts/2026-03-13-p-eagle.md), table EAGLE-3 (AL): chain drafting in vLLM, "
                           "num_speculative_tokens 3, MT-Bench, acceptance length 2.70"),
-        lambda scenario, target: ModelProposer(_eagle_cost(scenario, target))),
+        lambda scenario, target: ModelProposer(_eagle_cost(scenario, target), shares_embeddings=True)),
     "ngram": SpecMethod(
         DefaultAcceptance(1.75, 10, "Spec-Bench leaderboard (hemingkx/Spec-Bench@fd2c1cd Leaderboard.md, A100): "
                           "PLD (prompt lookup) on Vicuna-7B mean accepted tokens 1.75, drafting "
