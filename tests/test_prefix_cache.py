@@ -97,3 +97,33 @@ def test_preemption_releases_the_prefix_and_readmission_hits_it_again_uncounted(
     b = step(s)
     assert b.chunks == [(0, 63, 1)]
     assert s.cache.query_units == 2 and s.cache.hit_units == 0  # the second look-up is not counted
+
+
+MOONCAKE = "scenarios/llm/mooncake_conversation.yaml"
+
+
+def _mooncake(root, memory, requests=300):
+    import simulator as sim
+
+    over = {"serving.prefix_caching": True, "hardware.gpu": {"base": "h100-sxm", "memory": memory},
+            "record_spans": False, "workload.requests": requests}
+    return sim.run(root / MOONCAKE, overrides=over).summary["prefix_cache"]
+
+
+def test_an_unbounded_cache_hits_exactly_the_traces_own_block_reuse(root):
+    """The acceptance check of issue 15: on the Mooncake conversation trace replayed as published,
+    the block hit rate with a cache that never evicts is the closed-form reuse of its hash_ids."""
+    import simulator as sim
+    from simulator.workloads.arrivals import make_requests
+
+    pytest = __import__("pytest")
+    if not (root.parent / "shared" / "traces" / "mooncake_conversation.jsonl").is_file():
+        pytest.skip("../shared/traces is not beside the checkout")
+    sc = sim.load_scenario(root / MOONCAKE, overrides={"workload.requests": 300})
+    prefix = make_requests(sc.workload, np.random.default_rng(sc.seed), sc.model.context_length).prefix
+    unbounded = _mooncake(root, "4 TB")
+    assert unbounded["evicted_units"] == 0
+    assert unbounded["block_hit_rate"] == prefix.reuse() > 0.05
+    # and it falls as the cache shrinks
+    rates = [unbounded["block_hit_rate"]] + [_mooncake(root, m)["block_hit_rate"] for m in ("400 GB", "80 GB")]
+    assert rates[0] > rates[1] > rates[2]

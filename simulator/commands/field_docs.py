@@ -183,19 +183,23 @@ FIELD_DOCS: dict[str, str] = {
     "Pool.tp": "Tensor parallelism of each replica in the pool.",
     "Workload.requests": "Requests to simulate.",
     "Workload.arrival": "Arrival process: open-loop poisson/gamma/constant at rate, all at once, "
-                        "closed loop at a concurrency, or a CSV trace.",
+                        "closed loop at a concurrency, or a trace's own times.",
     "Workload.rate": "Mean arrival rate (poisson, gamma, constant).",
     "Workload.burstiness": ("Gamma arrivals: coefficient of variation (CV) of the inter-arrival gaps (gamma "
                             "shape 1/CV^2), as Vidur uses it; 1 is Poisson, higher is burstier, lower smoother. "
                             "Every open-loop arrival process starts with its first request at t = 0."),
     "Workload.concurrency": "Closed loop: requests kept in flight.",
-    "Workload.trace": "Trace CSV (columns arrived_at, num_prefill_tokens, num_decode_tokens), relative to the "
-                      "scenario file.",
+    "Workload.trace": ("Trace file, relative to the scenario file: a CSV (columns arrived_at in s, "
+                       "num_prefill_tokens, num_decode_tokens) or, by its .jsonl extension, a Mooncake JSON-lines "
+                       "trace (timestamp in ms, input_length, output_length, hash_ids of 512-token prompt blocks, "
+                       "which give the requests prefix identity)."),
     "Workload.trace_time_scale": "Multiplies the trace's arrival times (below 1 replays it faster).",
     "Workload.trace_repeat": ("More requests than the trace has rows: replay it again and again (request i is row "
                               "i mod rows, with that row's token counts). With arrival `trace`, repetition k's "
                               "times are shifted by k x (the trace's span + its mean inter-arrival gap); with a "
-                              "synthetic arrival only the token counts cycle. Off: too few rows is an error."),
+                              "synthetic arrival only the token counts cycle. A .jsonl trace's repetition k has its hash_ids "
+                              "shifted by k x (largest id + 1): repeats are new users, sharing no prefix with "
+                              "earlier repetitions. Off: too few rows is an error."),
     "Workload.over_context": "A request longer than the model's context_length: error, or truncate its prompt.",
     "Workload.prompt_tokens": "Prompt length: a number or a distribution mapping.",
     "Workload.output_tokens": "Output length: a number or a distribution mapping.",

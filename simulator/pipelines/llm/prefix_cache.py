@@ -125,8 +125,10 @@ class PrefixCache:
 
     def release(self, rid: int) -> None:
         """Request ``rid`` no longer references its units (it finished or was preempted): those
-        nobody else references become idle, most recently used last."""
-        for key in self.held.pop(rid, ()):
+        nobody else references become idle, most recently used last, the prompt's tail first (vLLM's
+        ``free_blocks`` takes a request's blocks in reverse order "so that the tail blocks are evicted
+        first": evicting a prefix's head would strand the rest of it)."""
+        for key in reversed(self.held.pop(rid, ())):
             r = self.refs[key] - 1
             self.refs[key] = r
             if r == 0:

@@ -221,8 +221,9 @@ def simulate(scenario):
     try:
         plans = plan_pools(scenario)
         if not w.trace:
-            prompt = upper_tokens(w.prompt_tokens)
-            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt, "workload.prompt_tokens")
+            prompt = w.prompt_upper  # with sessions, a last turn's whole history
+            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
+                       "workload.sessions" if w.sessions else "workload.prompt_tokens")
         specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
         if w.trace:
             _check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
@@ -343,9 +344,6 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
     table.prefix = getattr(specs, "prefix", None)
     table.session = getattr(specs, "session", None)
-    if sv.prefix_caching and table.prefix is None:
-        raise ConfigError("serving.prefix_caching needs prompts with prefix identity: a Mooncake .jsonl trace, "
-                          "workload.prefix or workload.sessions", path="serving.prefix_caching")
     # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
     # disaggregated request's rows lie on two replicas far apart in steps: keep every row
     keep_rows = sv.detokenizer == "separate" or scenario.disaggregation is not None
