@@ -160,6 +160,15 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
                                "blocks are reused, a prefill computes only the uncached suffix, idle cached "
                                "blocks are evicted least recently used. Needs prompts with prefix identity."),
+    "Serving.speculative": ("Speculative decoding: each decode step a proposer drafts tokens per request and the "
+                            "target verifies them in one step; accepted drafts plus one token are emitted."),
+    "Speculative.method": ("draft: a small LLM (draft_model) on the same GPUs; eagle: a one-layer head on the "
+                           "target's hidden states; ngram: prompt lookup on the engine's CPU."),
+    "Speculative.tokens": "Draft tokens per request per step (k; vLLM's num_speculative_tokens), 1-16.",
+    "Speculative.draft_model": "The draft LLM (llms catalog name or mapping); same vocabulary as the target.",
+    "Speculative.draft_tp": "GPUs the draft model is split over (vLLM's speculative_draft_tensor_parallel_size); unset: the target's tp.",
+    "Speculative.acceptance": ("Probability that each draft position is accepted when the ones before it were: one "
+                               "rate, or a list with one per position; unset: the method's published default."),
     "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "
                                 "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",

@@ -131,6 +131,22 @@ class KVOffloadSummary(_Summary):
     dropped_entries: int
 
 
+class SpeculativeSummary(_Summary):
+    """Speculative decoding over all replicas: draft tokens per step, the per-position acceptance
+    rates, the tokens a verify step is expected to emit under them, the mean it emitted
+    (acceptance length: accepted drafts plus the bonus, capped by the output length), the share of
+    drafts accepted, how many request-steps verified drafts, and the inter-token latency per
+    received chunk (a chunk carries a step's tokens; ``itl_ms`` counts its further tokens as zero gaps)."""
+
+    tokens: int
+    acceptance: list[float]
+    expected_tokens_per_step: float
+    acceptance_length: Optional[float]
+    draft_acceptance_rate: Share
+    verify_steps: int
+    itl_per_chunk_ms: Optional[Percentiles] = None  # gaps between chunks (null when ITL is sketched)
+
+
 class LLMMemory(_Summary):
     weights_gib: float
     activations_gib: float
@@ -179,6 +195,7 @@ class LLMSummary(RunSummary):
     prefix_cache: Optional[PrefixCacheSummary] = None
     disaggregation: Optional[KVTransferSummary] = None
     kv_offload: Optional[KVOffloadSummary] = None
+    speculative: Optional[SpeculativeSummary] = None
     steps: Optional[int] = None
     preemptions: Optional[int] = None
     stages: Optional[list[StageSummary]] = None
