@@ -151,6 +151,9 @@ FIELD_DOCS: dict[str, str] = {
                        "blocks in use, the longest cached prefix while loads are balanced (prefix_affinity: read "
                        "from the replicas' caches; cache_aware: from the router's own tree of the prompts it "
                        "routed, as SGLang's router keeps it), or by session id."),
+    "Serving.prefix_cache_insert": ("When a computed prefix block becomes visible to other requests: when its step "
+                                    "is scheduled (allocate: vLLM V1 caches blocks on allocation) or once the step's "
+                                    "results are processed (after_step: SGLang's radix cache after the forward)."),
     "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
                            "to CPU memory over the host link and loaded back instead of recomputed."),
     "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",

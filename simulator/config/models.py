@@ -299,6 +299,7 @@ class Serving(Strict):
     router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "cache_aware",
                     "session_affinity"] = "round_robin"
     prefix_caching: bool = False
+    prefix_cache_insert: Literal["allocate", "after_step"] = "allocate"
     kv_offload: Optional[KVOffload] = None
     speculative: Optional[Speculative] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"

@@ -55,6 +55,7 @@ class Step:
     d1: float | None = None
     accepted: np.ndarray | None = None  # with speculative decoding: each decode's accepted drafts
     emitted: np.ndarray | None = None  # tokens each emitting request got, where one may get several
+    register: list | None = None  # prefix units to cache once processed (prefix_cache_insert: after_step)
 
 
 @dataclass
@@ -261,6 +262,8 @@ class Engine:
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
                     f"step {index} ({len(decode)}d+{new_tokens}p)", used, accepted=accepted)
+        if self.sched.to_register:
+            step.register, self.sched.to_register = self.sched.to_register, []
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
         if self.closed_form and (prev is None or prev.g1 is not None):
@@ -338,6 +341,8 @@ class Engine:
         done mask or None if nobody finished).
         """
         t, sv = self.table, self.sv
+        if step.register:
+            self.sched.register_computed(step.register)
         if self.handoff is not None:  # a prefill replica: computed prompts left for the decode pool
             self.outstanding -= len(step.completes)
             return _EMPTY, None, None, None

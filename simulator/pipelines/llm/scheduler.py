@@ -83,6 +83,7 @@ class Scheduler:
         # waiting out of the queue (``loading``) while the copy runs.
         self.offload = offload
         self.loading: set[int] = set()
+        self.to_register: list[tuple[int, int]] = []  # with prefix_cache_insert after_step: this step's units
         if offload is not None and cache is not None:
             cache.on_evict = offload.unit_evicted
             if offload.write_through:
@@ -293,7 +294,25 @@ class Scheduler:
         self.offload.load(rid, nbytes, loaded)
 
     def _register(self, rid: int, covered: int) -> None:
-        """Units of the prompt that the request's KV covers once this step is computed join the cache."""
+        """Units of the prompt that the request's KV covers once this step is computed join the cache:
+        now (``prefix_cache_insert: allocate``, vLLM V1 caches blocks as it allocates them), or once
+        the step's results are processed (``after_step``: SGLang's ``process_batch_result_prefill``
+        calls ``tree_cache.cache_unfinished_req`` after the forward, so requests of one batch do not
+        hit each other's prefixes); then the engine calls :meth:`register_computed`."""
+        if self.sv.prefix_cache_insert == "after_step":
+            self.to_register.append((rid, covered))
+            return
+        self._insert(rid, covered)
+
+    def register_computed(self, pairs: list) -> None:
+        """A processed step's (request, tokens covered) pairs join the cache, for requests that still
+        hold that KV (one preempted since has dropped it)."""
+        t = self.table
+        for rid, covered in pairs:
+            if t.computed[rid] >= covered and t.blocks[rid] > 0:
+                self._insert(rid, covered)
+
+    def _insert(self, rid: int, covered: int) -> None:
         moved = self.cache.register(rid, covered, int(self.table.prompt[rid]))
         if moved:
             self.shared[rid] = self.shared.get(rid, 0) + moved
