@@ -135,3 +135,19 @@ def test_ttft_and_itl_move_with_the_budget_in_a_loaded_run():
     assert small["ttft_ms"]["p50"] > 1.5 * large["ttft_ms"]["p50"]
     assert small["itl_ms"]["p99"] < large["itl_ms"]["p99"]
     assert small["steps"] > large["steps"]
+
+
+def test_a_preempted_request_that_finishes_leaves_the_waiting_queue():
+    """Async scheduling preempts from a step built before the previous one's outputs are processed:
+    a request whose last token was in flight finishes while it waits, and must leave the queue
+    (vLLM V1's stopped_preempted_reqs), not be admitted again to decode forever."""
+    t = table([8, 8, 4], outputs=[5, 1, 5])
+    s = Scheduler(t, settings(64, block_size=4), kv_blocks=5)
+    s.waiting.extend([0, 1])
+    step(s)  # both prompts computed; request 1's only token is sampled by this step
+    s.waiting.append(2)
+    step(s)  # built before that step's outputs are processed: preempts the tail, request 1
+    assert list(s.waiting) == [1, 2]
+    s.finish(np.array([1]))  # the first step's outputs: request 1 has its one token
+    assert list(s.waiting) == [2] and s.running == [0]
+    assert s.kv_free == 5 - 3 and t.blocks[1] == 0

@@ -289,3 +289,19 @@ def test_images_queue_for_a_dit_deployment():
     with pytest.raises(ConfigError) as err:
         scenario({"render": {"resource": "gpu"}}, resources={"gpu": {"kind": "dit", **DIT, "parallel": {"ulysses": 3}}})
     assert err.value.path == "resources.gpu.parallel.ulysses"
+
+
+def test_the_rag_transformations_take_what_their_closed_forms_say():
+    """Notebook 6's experiment at 2 users (no CPU queueing): before the call, the serial hybrid chain
+    takes embed + vector search + keyword search (84.2 ms) + re-rank (19 ms); run in parallel with
+    the 84.2 ms keyword search, the ~5 ms vector path leaves 84.2 + 19 ms; a re-ranker that streams
+    from the keyword search ends with it, 19 ms sooner."""
+    from simulator.report import experiments as E
+
+    picked = {k: E.RAG_TRANSFORMS[k] for k in ("baseline (serial)", "parallel retrievers", "streaming re-rank")}
+    rows = E.rag_transformations(users=(2,), transforms=picked, per_user=3).set_index("transform")
+    serial, parallel, streamed = (rows.loc[k, "steady_pre_llm_ms"] for k in picked)
+    assert serial > 84.2 + 19.0
+    assert parallel == pytest.approx(84.2 + 19.0, abs=1e-9)
+    assert serial - streamed == pytest.approx(19.0, abs=1e-9)
+    assert (rows["completed"] == 6).all() and (rows["steady_requests"] == 4).all()

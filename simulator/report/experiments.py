@@ -269,3 +269,107 @@ def interp_crossing(x: Sequence[float], y: Sequence[float], level: float) -> flo
             f = (level - y[i - 1]) / (y[i] - y[i - 1])
             return float(np.exp(np.log(x[i - 1]) + f * (np.log(x[i]) - np.log(x[i - 1]))))
     return None
+
+
+# ---- issue 16: value-parallel transformations of a RAG pipeline -----------------------------
+
+#: The RAG example of ``kind: pipeline`` (embed -> vector search -> re-rank -> generate on
+#: Llama-3-8B / vLLM V1 / one H100).
+RAG_SCENARIO = "pipeline/rag.yaml"
+
+#: A keyword (BM25) retriever next to the vector search, as hybrid RAG runs them: Elasticsearch
+#: 8.14 BM25 over MS MARCO passages (8.8M), one search thread on one Xeon core, 11.88 queries/s
+#: (github.com/xhluca/bm25-benchmarks README, "Queries per second", ES column, commit
+#: 03a22d427ca0b9a7d6de1bc8e7bbc752ffec3520): 1 / 11.88 = 84.2 ms a query, as a constant (only the
+#: mean throughput is published), on a 4-core search box (one query per core). Its 50 candidates
+#: are the re-ranker's input (the example's re-ranker scores the top 50).
+KEYWORD_SEARCH: Mapping = {
+    "resources.keyword": {"kind": "cpu", "cores": 4},
+    "stages.keyword": {"resource": "keyword", "after": ["search"], "time": "84.2 ms", "outputs": 50},
+    "stages.rerank.after": ["keyword"],
+    "stages.generate.early_start": False,
+}
+
+#: What-if result-cache hit rate of the retrieval stages (no published hit rate for a RAG
+#: pipeline's query results was found; 30% is an assumption, labelled as such where it is shown).
+RAG_CACHE_HIT_RATE = 0.3
+
+_STREAM = {"stages.rerank.stream_from": {"stage": "keyword", "outputs": 10}}
+_PARALLEL = {"stages.keyword.after": [], "stages.rerank.after": ["search", "keyword"]}
+_EARLY = {"stages.generate.early_start": True}
+_CACHE = {f"stages.{s}.cache_hit_rate": RAG_CACHE_HIT_RATE for s in ("embed", "search", "keyword", "rerank")}
+
+#: The value-parallel transformations of issue 16, each alone on the serial hybrid chain
+#: (``KEYWORD_SEARCH``: embed -> vector search -> keyword search -> re-rank -> generate), then all
+#: together. Streaming: the re-ranker starts on the keyword search's first 10 of 50 candidates
+#: (a what-if: the outputs come evenly over the search's time). Caching: each retrieval stage
+#: (embed, vector search, keyword search, re-rank) hits its own result cache at
+#: ``RAG_CACHE_HIT_RATE``, drawn independently per stage (a what-if).
+RAG_TRANSFORMS: Mapping[str, Mapping] = {
+    "baseline (serial)": {},
+    "parallel retrievers": _PARALLEL,
+    "early start": _EARLY,
+    "streaming re-rank": _STREAM,
+    "cached retrieval (30% what-if)": _CACHE,
+    "all together": {**_PARALLEL, **_STREAM, **_EARLY, **_CACHE},
+}
+
+#: Closed-loop requests per user at each concurrency: enough for a steady state after every
+#: user's first request, few enough for the notebook's 90 s a cell.
+RAG_REQUESTS_PER_USER: Mapping[int, int] = {10: 20, 100: 5, 1000: 2}
+
+
+def rag_run_row(result, users: int) -> dict:
+    """One RAG run's figures: TTFT and E2E of all requests and of the steady state (the requests a
+    user sends after its first: the first wave of a closed loop arrives all at once), the part of
+    the steady-state TTFT spent before the LLM call (retrieval on the critical path) and in it
+    (its queue and prefill), and the generate call's last mile (D2H, detokenize, stream, over the
+    whole call) in ms and as a share of E2E, and the prompt tokens the engine's prefix cache saved."""
+    q = result.requests
+    done = q["e2e_s"].notna()
+    steady = done & (q.index >= users)
+    bd = result.breakdown
+    pre = (bd["e2e_s"] - bd["generate"]).reindex(q.index)  # seconds before the call on the critical path
+    last_mile = q[["generate.d2h_s", "generate.detokenize_s", "generate.stream_s"]].sum(axis=1, min_count=1)
+    s = q[steady]
+    ms = 1e3
+    return {
+        "requests": int(len(q)), "completed": int(done.sum()), "steady_requests": int(steady.sum()),
+        "ttft_ms.mean": result.summary["ttft_ms"]["mean"], "ttft_ms.p50": result.summary["ttft_ms"]["p50"],
+        "steady_ttft_ms.mean": float(s["ttft_s"].mean() * ms), "steady_ttft_ms.p50": float(s["ttft_s"].median() * ms),
+        "steady_ttft_ms.p90": float(s["ttft_s"].quantile(0.9) * ms),
+        "steady_e2e_ms.mean": float(s["e2e_s"].mean() * ms),
+        "steady_pre_llm_ms": float(pre[steady].mean() * ms),
+        "steady_llm_queue_ms": float(s["generate.queue_s"].mean() * ms),
+        "steady_llm_prefill_ms": float(s["generate.prefill_s"].mean() * ms),
+        "steady_last_mile_ms": float(last_mile[steady].mean() * ms),
+        "steady_last_mile_share_e2e": float(last_mile[steady].sum() / s["e2e_s"].sum()),
+        "duration_s": result.summary["duration_s"],
+        # prompt tokens the generate calls found in the prefix cache (early start's warm-ups)
+        "prefix_saved_tokens": (result.summary.get("llm") or {}).get("llm", {}).get("prefix_saved_tokens"),
+    }
+
+
+def rag_transformations(users: Sequence[int] = (10, 100, 1000), transforms: Mapping[str, Mapping] = RAG_TRANSFORMS,
+                        per_user: Mapping[int, int] | int = RAG_REQUESTS_PER_USER, base: Mapping | None = None,
+                        scenario=None) -> pd.DataFrame:
+    """The RAG example with a keyword retriever (``KEYWORD_SEARCH``) under each transformation of
+    ``transforms`` (``transform`` column), closed loop at each count of ``users`` (``users``
+    column), ``per_user`` requests per user; one row of :func:`rag_run_row` per point.
+
+    Runs one after another in this process (each needs its request table, not only its summary)."""
+    import copy
+
+    from ..api import run
+
+    scenario = scenario or scenarios_dir() / RAG_SCENARIO
+    rows = []
+    for u in users:
+        n = per_user if isinstance(per_user, int) else per_user[u]
+        for label, over in transforms.items():
+            # a deep copy: the loader sets dotted keys inside the mappings it is given
+            o = copy.deepcopy({**KEYWORD_SEARCH, **(base or {}), **over, "record_spans": False,
+                               "workload": {"arrival": "closed", "concurrency": int(u),
+                                            "requests": int(n) * int(u)}})
+            rows.append({"users": int(u), "transform": label, **rag_run_row(run(scenario, o), int(u))})
+    return pd.DataFrame(rows)

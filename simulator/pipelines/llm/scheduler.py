@@ -350,8 +350,22 @@ class Scheduler:
         self.waiting.appendleft(rid)
 
     def finish(self, finished: np.ndarray) -> None:
-        """Finished requests leave the running set and free their blocks."""
+        """Finished requests leave the running set and free their blocks.
+
+        With overlapped scheduling (``serving.overlap`` async), step n+1 is scheduled before step n's
+        outputs are processed, so a request whose last token is in step n can be preempted by step
+        n+1 and sit in the waiting queue when it finishes: it leaves the queue too, as vLLM V1's
+        ``update_from_output`` removes its ``stopped_preempted_reqs`` from ``self.waiting``
+        (vllm/v1/core/sched/scheduler.py, commit 00024d314514900f361ad072af6931e403b7f589).
+        Left there, it was admitted again and decoded forever (its tokens dropped as finished),
+        holding KV blocks until the cache could hold nothing else."""
         self.leave(finished)
+        if self.waiting:
+            fin = set(finished.tolist())
+            if any(r in fin for r in self.waiting):  # rare: only a preempted request that finished
+                keep = [r for r in self.waiting if r not in fin]
+                self.waiting.clear()
+                self.waiting.extend(keep)
         self.release(finished)
 
     def leave(self, finished: np.ndarray) -> None:

@@ -200,8 +200,11 @@ def plan_pools(scenario) -> list[PoolPlan]:
     return plans
 
 
-def _check_fit(plans: list[PoolPlan], longest: int, longest_prompt: int, key: str) -> None:
-    """Every request fits every pool it passes through (a prefill pool holds only the prompt)."""
+def check_fit(plans: list[PoolPlan], longest: int, longest_prompt: int, key: str) -> None:
+    """Every request fits every pool it passes through (a prefill pool holds only the prompt): the
+    longest request (``longest`` tokens, ``longest_prompt`` of them prompt) must fit a replica's KV
+    cache. Raises DoesNotFit naming ``key`` (or a ConfigError at a disaggregated pool's ``tp``).
+    Public: the request pipeline's llm deployments check their calls with it too."""
     for plan in plans:
         total = longest_prompt if plan.role == "prefill" else longest
         if plan.role == "both":
@@ -222,11 +225,11 @@ def simulate(scenario):
         plans = plan_pools(scenario)
         if not w.trace:
             prompt = w.prompt_upper  # with sessions, a last turn's whole history
-            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
+            check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
                        "workload.sessions" if w.sessions else "workload.prompt_tokens")
         specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
         if w.trace:
-            _check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
+            check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
     except DoesNotFit as exc:
         return _oom_result(scenario, exc)
 

@@ -20,6 +20,15 @@ whatever the warm-up has allocated by then (vLLM caches blocks as they are alloc
 replica has its own prefix cache: with several replicas, route with ``serving.router:
 prefix_affinity`` so that the call reaches the replica its warm-up ran on.
 
+A warm-up is a call like any other: it queues first come, first served in the engine and holds a
+running slot and KV blocks, so early start moves work ahead rather than removing it, and it pays
+only while the engine has room. When many requests arrive at once (a closed loop's first wave), all
+their warm-ups reach the engine before any of their calls, and every call then waits behind every
+request's prefix (at 100 users on the RAG example the mean TTFT over all requests rises while the
+steady state's falls). When the engine's queue outlasts the prefix cache (1,000 users), the
+warm-ups' blocks are evicted, least recently used, before their calls are admitted, and the prefix
+is prefilled twice (notebook 6 shows both).
+
 Closed-form decode runs (``coalesce_decode``) are off in these deployments: they need the next
 arrival known ahead, and a pipeline's calls arrive when their stages become ready.
 """
@@ -31,7 +40,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...workloads.arrivals import RequestSpecs, sample_tokens
 from ...workloads.prefix import PrefixIds
-from ..llm.serving import DoesNotFit, _check_fit, build_serving, plan_pools
+from ..llm.serving import DoesNotFit, build_serving, check_fit, plan_pools
 
 
 def resource_track(resource: str, track: str) -> str:
@@ -115,7 +124,7 @@ class LLMDeployment:
         try:
             plans = plan_pools(sc)
             if len(prompts):
-                _check_fit(plans, int((prompts + outputs).max()), int(prompts.max()), "stages")
+                check_fit(plans, int((prompts + outputs).max()), int(prompts.max()), "stages")
         except DoesNotFit as exc:  # a pipeline has no oom status: its deployment must fit
             key = exc.key if exc.key == "stages" else f"resources.{name}.{exc.key}"
             raise ConfigError(exc.message, path=key) from None
