@@ -419,8 +419,9 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     del good
     requests, bd = _request_frames(t, store, done, ttft, tpot, e2e)
     if recorder.enabled:
-        spans = recorder.frame()
-        trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
+        recorder.spill()  # every span on disk: the trace reads them back a track at a time
+        spans = recorder.frame
+        trace = trace_events(recorder, engine_counters(stats, steps, kv_blocks),
                              request_flows(stats, store, steps, done))
     else:
         spans, trace = recorder.frame, []
