@@ -23,6 +23,11 @@ CHUNK = 4096
 """Ids prepared or released at a time: a whole number of 4 KiB pages for every dtype of 1 byte or more."""
 
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_PRIVATE = getattr(mmap, "MAP_PRIVATE", None)
+_ANONYMOUS = getattr(mmap, "MAP_ANONYMOUS", None)
+# private anonymous pages: handed back by MADV_DONTNEED, and read as zero after (Python's
+# default anonymous map is shared, whose pages that call does not free)
+_MAPPABLE = None not in (_DONTNEED, _PRIVATE, _ANONYMOUS)
 
 
 class Window:
@@ -38,10 +43,10 @@ class Window:
         """A new column of ``n`` values of ``dtype``, each ``fill`` once prepared."""
         dtype = np.dtype(dtype)
         nbytes = self.n * dtype.itemsize
-        if nbytes >= mmap.PAGESIZE:
-            mm = mmap.mmap(-1, nbytes)
+        if _MAPPABLE and nbytes >= mmap.PAGESIZE:
+            mm = mmap.mmap(-1, nbytes, flags=_PRIVATE | _ANONYMOUS)
             arr = np.frombuffer(mm, dtype=dtype, count=self.n)
-        else:  # smaller than a page: nothing to hand back
+        else:  # smaller than a page (or no way to hand pages back here): a plain array
             mm, arr = None, np.zeros(self.n, dtype=dtype)
         if fill != 0 and self.prepared:
             arr[: self.prepared] = fill
@@ -64,8 +69,6 @@ class Window:
         if hi <= self.released:
             return
         lo, self.released = self.released, hi
-        if _DONTNEED is None:
-            return
         page = mmap.PAGESIZE
         for arr, mm, _ in self._columns:
             if mm is None:
