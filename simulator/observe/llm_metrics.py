@@ -243,11 +243,22 @@ def step_gaps(stats: ServingStats) -> dict:
             "steps": n}
 
 
-def _request_frames(t, store, done: np.ndarray, ttft, tpot, e2e) -> tuple:
+def _latencies(t, store, lo: int = 0, hi: int | None = None) -> tuple:
+    """TTFT, TPOT and E2E (s) of requests ``lo..hi`` (NaN where undefined)."""
+    hi = t.n if hi is None else hi
+    arrival, output = t.arrival.values[lo:hi], t.output[lo:hi]
+    ttft = store.column("first_R", lo, hi) - arrival
+    e2e = store.column("last_R", lo, hi) - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
+    return ttft, tpot, e2e
+
+
+def _request_frames(t, store, done: np.ndarray) -> tuple:
     """Builders of one row per request (times in seconds) and of the breakdown of each completed one,
     from the request store: the frames are made when first read (:class:`~simulator.observe.result.Result`),
     so a run that only prints its summary never imports pandas, and a run folder's CSVs are written
-    from them a chunk of requests at a time (:func:`request_chunks`)."""
+    from them a range of requests at a time (:class:`Chunked`)."""
     arrival, prompt, output = t.arrival.values, t.prompt, t.output
 
     def requests(lo=0, hi=None):
@@ -255,21 +266,23 @@ def _request_frames(t, store, done: np.ndarray, ttft, tpot, e2e) -> tuple:
 
         hi = t.n if hi is None else hi
         col = store.column
+        ttft, tpot, e2e = _latencies(t, store, lo, hi)
         return pd.DataFrame({
             "arrival_s": arrival[lo:hi], "prompt_tokens": prompt[lo:hi], "output_tokens": output[lo:hi],
             "api_server": col("api", lo, hi), "replica": col("replica", lo, hi),
             "tokenized_s": col("tok_end", lo, hi), "first_token_s": col("first_R", lo, hi),
-            "last_token_s": col("last_R", lo, hi), "ttft_s": ttft[lo:hi], "tpot_s": tpot[lo:hi],
-            "e2e_s": e2e[lo:hi], "preemptions": col("preemptions", lo, hi), "completed": done[lo:hi],
+            "last_token_s": col("last_R", lo, hi), "ttft_s": ttft, "tpot_s": tpot,
+            "e2e_s": e2e, "preemptions": col("preemptions", lo, hi), "completed": done[lo:hi],
         }, index=pd.RangeIndex(lo, hi, name="request"))
 
     def breakdown_frame(lo=0, hi=None):
         import pandas as pd
 
         hi = t.n if hi is None else hi
-        ids = lo + np.flatnonzero(done[lo:hi])
-        return pd.DataFrame({**{c: store.column(f"cat_{c}", lo, hi)[ids - lo] for c in CATEGORIES},
-                             "e2e_s": e2e[ids]}, index=pd.Index(ids, name="request"))
+        mine = done[lo:hi]
+        e2e = store.column("last_R", lo, hi)[mine] - arrival[lo:hi][mine]
+        return pd.DataFrame({**{c: store.column(f"cat_{c}", lo, hi)[mine] for c in CATEGORIES}, "e2e_s": e2e},
+                            index=pd.Index(lo + np.flatnonzero(mine), name="request"))
 
     return Chunked(requests, t.n), Chunked(breakdown_frame, t.n)
 
@@ -368,37 +381,34 @@ def stage_summaries(workload, arrival: np.ndarray, done: np.ndarray, good: np.nd
 def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
                  horizon) -> Result:
     """Assemble the summary and the trace; the per-request frames are built from the request store
-    when first read. Every request's results are read back from the store a column at a time."""
+    when first read. Every request's results are read back from the store a column at a time, and
+    the completed requests are picked by a mask (no index array): at a million requests each
+    column is 8 MB."""
     t = table
     store, after, itl = _finished(t, steps, rows)
     # the table's columns are released: what is read of them after the run comes from the store
     t.finished, t.last_R = store.column("finished"), store.column("last_R")
-    arrival = t.arrival.values
     done = t.finished & np.isfinite(t.last_R)
-    ids = np.flatnonzero(done)
-    first_R = store.column("first_R")
-    ttft = first_R - arrival
-    e2e = t.last_R - arrival
-    itl_sum = float((t.last_R[ids] - first_R[ids]).sum())
-    del first_R
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output > 1, (e2e - ttft) / (t.output - 1), np.nan)
-    total = {c: float(store.column(f"cat_{c}")[ids].sum()) for c in CATEGORIES}
-    e2e_total = float(e2e[ids].sum())
+    n_done = int(np.count_nonzero(done))
+    ttft, tpot, e2e = _latencies(t, store)
+    itl_sum = float((t.last_R[done] - store.column("first_R")[done]).sum())
+    total = {c: float(store.column(f"cat_{c}")[done].sum()) for c in CATEGORIES}
+    e2e_total = float(e2e[done].sum())
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
-    start, end = (float(np.nanmin(arrival[ids])), float(np.nanmax(t.last_R[ids]))) if len(ids) else (0.0, 0.0)
-    span = max(end - start, 1e-12) if len(ids) else 1.0
-    out_tokens = float(t.output[ids].sum())
+    arrival = t.arrival.values
+    start, end = (float(np.nanmin(arrival[done])), float(np.nanmax(t.last_R[done]))) if n_done else (0.0, 0.0)
+    span = max(end - start, 1e-12) if n_done else 1.0
+    out_tokens = float(t.output[done].sum())
     summary = {
-        "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": int(len(ids)),
+        "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": n_done,
         "duration_s": end - start,
-        "ttft_ms": stats_of(ttft[ids], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[ids], 1e3),
-        "e2e_ms": stats_of(e2e[ids], 1e3),
-        "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": len(ids) / span,
-                       "total_tokens_per_s": (out_tokens + float(t.prompt[ids].sum())) / span},
+        "ttft_ms": stats_of(ttft[done], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[done], 1e3),
+        "e2e_ms": stats_of(e2e[done], 1e3),
+        "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": n_done / span,
+                       "total_tokens_per_s": (out_tokens + float(t.prompt[done].sum())) / span},
         "goodput": {"requests_per_s": float(good.sum()) / span,
-                    "slo_attainment": float(good.sum()) / max(len(ids), 1),
+                    "slo_attainment": float(good.sum()) / max(n_done, 1),
                     "slo": {"ttft_ms": slo.ttft * 1e3, "itl_ms": slo.itl * 1e3}},
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
@@ -416,8 +426,8 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         itl = None
     if scenario.workload.stages:
         summary["stages"] = stage_summaries(scenario.workload, arrival, done, good, ttft, tpot, e2e)
-    del good
-    requests, bd = _request_frames(t, store, done, ttft, tpot, e2e)
+    del good, ttft, tpot, e2e
+    requests, bd = _request_frames(t, store, done)
     if recorder.enabled:
         recorder.spill()  # every span on disk: the trace reads them back a track at a time
         spans = recorder.frame
