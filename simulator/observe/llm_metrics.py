@@ -244,13 +244,19 @@ def step_gaps(stats: ServingStats) -> dict:
 
 
 def _latencies(t, store, lo: int = 0, hi: int | None = None) -> tuple:
-    """TTFT, TPOT and E2E (s) of requests ``lo..hi`` (NaN where undefined)."""
+    """TTFT, TPOT and E2E (s) of requests ``lo..hi`` (NaN where undefined), with no temporaries
+    beyond the three arrays (each as ``np.where(output > 1, (e2e - ttft) / (output - 1), nan)``)."""
     hi = t.n if hi is None else hi
     arrival, output = t.arrival.values[lo:hi], t.output[lo:hi]
-    ttft = store.column("first_R", lo, hi) - arrival
-    e2e = store.column("last_R", lo, hi) - arrival
+    ttft = store.column("first_R", lo, hi)
+    ttft -= arrival
+    e2e = store.column("last_R", lo, hi)
+    e2e -= arrival
+    tpot = np.subtract(e2e, ttft)
+    many = output > 1
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(output > 1, (e2e - ttft) / (output - 1), np.nan)
+        np.divide(tpot, output - 1, out=tpot, where=many)
+    tpot[~many] = np.nan
     return ttft, tpot, e2e
 
 
@@ -406,7 +412,9 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     done = t.finished & np.isfinite(t.last_R)
     n_done = int(np.count_nonzero(done))
     ttft, tpot, e2e = _latencies(t, store)
-    itl_sum = float((t.last_R[done] - store.column("first_R")[done]).sum())
+    window = np.subtract(t.last_R, store.column("first_R"))  # each request's time after its first token
+    itl_sum = float(window[done].sum())
+    del window
     total = {c: float(category(t, store, c)[done].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[done].sum())
     slo = scenario.slo
@@ -444,8 +452,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     del good, ttft, tpot, e2e
     requests, bd = _request_frames(t, store, done)
     if recorder.enabled:
-        recorder.spill()  # every span on disk: the trace reads them back a track at a time
-        spans = recorder.frame
+        spans = recorder.frame  # the trace reads them back a track at a time
         trace = trace_events(recorder, engine_counters(stats, steps, kv_blocks),
                              request_flows(stats, store, steps, done))
     else:
@@ -494,7 +501,8 @@ def _finished(t, steps, ledger):
         store = ledger.finish(acc.full, first, last)
         return store, acc.after, itl
     store = ledger.finish()
-    done = store.column("finished") & np.isfinite(store.column("last_R"))
+    done = np.isfinite(store.column("last_R"))
+    done &= store.column("finished")
     ids = done & store.column("seen")
     after = {}
     for c in LAST_MILE:

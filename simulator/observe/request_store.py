@@ -6,7 +6,7 @@ its place in the trace's flows) is appended to one file per column in a temporar
 (``observe.paged``). The metrics read the columns back one at a time at the end (a column of a
 million requests is 8 MB), the per-request frames are built from them when first asked for, and the
 run folder's CSVs are written from them chunk by chunk. The folder is removed when the store is
-garbage-collected or the interpreter exits.
+garbage-collected or the interpreter exits; its files are closed once the run has ended.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class RequestStore:
         self.dtypes = {k: np.dtype(v) for k, v in dtypes.items()}
         self.dir = Path(tempfile.mkdtemp(prefix="lastmile-requests-"))
         self._files = {k: open(self.dir / f"{k}.bin", "wb") for k in self.dtypes}
-        self._finalizer = weakref.finalize(self, _remove, self.dir, list(self._files.values()))
+        self._finalizer = weakref.finalize(self, _remove, self.dir, dict(self._files))
         self.size = 0
 
     def append(self, n: int, **columns) -> None:
@@ -41,11 +41,17 @@ class RequestStore:
             v.tofile(self._files[k])
         self.size += n
 
+    def close(self) -> None:
+        """No more rows: the files are closed (a run's Result may live long; its store holds no handle)."""
+        for fh in self._files.values():
+            fh.close()
+        self._files = {}
+
     def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """Rows ``lo..hi`` of one column, read back from disk."""
         hi = self.size if hi is None else min(hi, self.size)
-        fh = self._files[name]
-        fh.flush()
+        if name in self._files:
+            self._files[name].flush()
         dtype = self.dtypes[name]
         if hi <= lo:
             return np.empty(0, dtype=dtype)
@@ -57,7 +63,7 @@ class RequestStore:
             yield lo, min(lo + size, self.size)
 
 
-def _remove(path: Path, files: list) -> None:
-    for fh in files:
+def _remove(path: Path, files: dict) -> None:
+    for fh in files.values():
         fh.close()
     shutil.rmtree(path, ignore_errors=True)

@@ -48,7 +48,7 @@ class SpanRecorder:
     busy: dict = field(default_factory=dict)
     segments: list = field(default_factory=list, repr=False)
     count: int = 0  # spans recorded, in the file and in the lists
-    _file: object = field(default=None, repr=False)
+    path: str | None = None  # the file, once spans were written to it (opened only to write or read)
 
     def add(self, track: str, name: str, start: float, end: float, category: str = "") -> None:
         """Record one span; busy time accrues even when detailed spans are disabled."""
@@ -78,12 +78,14 @@ class SpanRecorder:
         """Write the spans held in the lists to the file, a segment per track, and empty the lists."""
         if not self.track:
             return
-        if self._file is None:
+        if self.path is None:
             folder = tempfile.mkdtemp(prefix="lastmile-spans-")
-            self._file = open(os.path.join(folder, "spans.bin"), "w+b")
-            weakref.finalize(self, _remove, folder, self._file)
-        fh = self._file
-        fh.seek(0, os.SEEK_END)
+            self.path = os.path.join(folder, "spans.bin")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+        with open(self.path, "ab") as fh:
+            self._write(fh)
+
+    def _write(self, fh) -> None:
         start, end = np.array(self.start, dtype=float), np.array(self.end, dtype=float)
         seq = np.arange(self.count - len(self.track), self.count, dtype=np.int64)
         by_track: dict[str, list[int]] = {}
@@ -110,20 +112,10 @@ class SpanRecorder:
         """One track's spans in the order recorded: (start, end, names, categories) (the last two
         object arrays, None without ``names``)."""
         starts, ends, name_parts, cat_parts = [], [], [], []
-        if self.segments:
-            self._file.flush()
-        for t, offset, n, size in self.segments:
-            if t != track:
-                continue
-            fh = self._file
-            fh.seek(offset)
-            starts.append(np.fromfile(fh, dtype=float, count=n))
-            ends.append(np.fromfile(fh, dtype=float, count=n))
-            if names:
-                fh.seek(offset + 24 * n)
-                parts = fh.read(size).decode().split(_SEP)
-                name_parts.extend(parts[:n])
-                cat_parts.extend(parts[n:])
+        mine = [s for s in self.segments if s[0] == track]
+        if mine:
+            with open(self.path, "rb") as fh:
+                self._read(fh, mine, names, starts, ends, name_parts, cat_parts)
         idx = [i for i, t in enumerate(self.track) if t == track]
         if idx:
             starts.append(np.array([self.start[i] for i in idx], dtype=float))
@@ -136,6 +128,18 @@ class SpanRecorder:
         if not names:
             return s, e, None, None
         return s, e, _objects(name_parts), _objects(cat_parts)
+
+    @staticmethod
+    def _read(fh, segments, names, starts, ends, name_parts, cat_parts) -> None:
+        for _, offset, n, size in segments:
+            fh.seek(offset)
+            starts.append(np.fromfile(fh, dtype=float, count=n))
+            ends.append(np.fromfile(fh, dtype=float, count=n))
+            if names:
+                fh.seek(offset + 24 * n)
+                parts = fh.read(size).decode().split(_SEP)
+                name_parts.extend(parts[:n])
+                cat_parts.extend(parts[n:])
 
     def frame(self) -> pd.DataFrame:
         """All recorded spans as a DataFrame (columns track, name, start, end, category), in the
@@ -156,10 +160,11 @@ class SpanRecorder:
     def _seq(self, track: str) -> np.ndarray:
         """The recording order of one track's spans (their places among all spans)."""
         parts = []
-        for t, offset, n, _ in self.segments:
-            if t == track:
-                self._file.seek(offset + 16 * n)
-                parts.append(np.fromfile(self._file, dtype=np.int64, count=n))
+        with open(self.path, "rb") as fh:
+            for t, offset, n, _ in self.segments:
+                if t == track:
+                    fh.seek(offset + 16 * n)
+                    parts.append(np.fromfile(fh, dtype=np.int64, count=n))
         base = self.count - len(self.track)
         parts.append(np.array([base + i for i, t in enumerate(self.track) if t == track], dtype=np.int64))
         return np.concatenate(parts)
@@ -175,8 +180,3 @@ def _objects(values: list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
-
-
-def _remove(folder: str, fh) -> None:
-    fh.close()
-    shutil.rmtree(folder, ignore_errors=True)

@@ -20,9 +20,9 @@ placement keeps every row (``keep_rows``) and its metrics walk them at the end.
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections import deque
+
+import numpy as np
 
 from .columns import Columns, RingColumns
 from .paged import CHUNK
@@ -35,7 +35,7 @@ ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f
 
 EXACT_GAPS = 1 << 22
 """Inter-token gaps kept exactly (48 MB with their request ids, about 18,000 requests of 230
-tokens); a run with more keeps its percentiles in a sketch."""
+tokens); a run whose requests ask for more output tokens keeps its percentiles in a sketch."""
 
 FOLD_SLICE = 1 << 14
 """Rows folded by one numpy pass (whole requests at a time): its temporaries are what a fold costs."""
@@ -145,14 +145,15 @@ class TokenLedger:
         live = ~done
         done[live] = t.finished[req[live]] & np.isfinite(t.last_R[req[live]])
         del live
-        if self.sketch is None:
+        first = self.sketch is None
+        if first:
             self.sketch = QuantileSketch()
         gap = self.gaps["gap"]
         for lo in range(0, len(gap), FOLD_ROWS):
             hi = lo + FOLD_ROWS
             self.sketch.add(gap[lo:hi][done[lo:hi]])
         keep = ~done
-        if len(self.gaps._data["gap"]) > 2 * SKETCH_GAPS:  # the exact store: replace it
+        if first:  # the exact store, sized for every gap: replace it
             small = Columns({"gap": "f8", "req": "i4"}, max(SKETCH_GAPS, 2 * int(keep.sum())))
             small.extend(int(keep.sum()), gap=gap[keep], req=req[keep])
             self.gaps = small
@@ -298,6 +299,7 @@ class TokenLedger:
         n = self.table.n
         while self.retired < n:
             self._retire(self.retired, min(n, (self.retired // CHUNK + 1) * CHUNK), full, first, last)
+        self.store.close()
         return self.store
 
     def itl(self, done: np.ndarray) -> np.ndarray | QuantileSketch:
@@ -308,7 +310,8 @@ class TokenLedger:
         self.flush()
         keep = done[self.gaps["req"]]
         self.gaps.drop("req")  # the last read: its memory goes before the percentiles copy the gaps
-        zeros = int(self.store.column("zeros")[done].sum())
+        zeros = sum(int(self.store.column("zeros", lo, hi)[done[lo:hi]].sum())  # whole numbers: any order
+                    for lo, hi in self.store.chunks())
         if self.sketch is not None:
             out = self.sketch.copy()
             out.add(self.gaps["gap"][keep])

@@ -88,7 +88,8 @@ class RequestTable:
         n = len(prompt)
         self.n = n
         w = self.window = Window(n)
-        self.arrival = Arrivals(np.array(arrival, dtype=float), w)
+        # the inputs' own arrays, not copies (a closed loop writes its arrival times into them)
+        self.arrival = Arrivals(np.asarray(arrival, dtype=float), w)
         self.prompt = np.asarray(prompt, dtype=np.int64)
         self.output = np.asarray(output, dtype=np.int64)
         self.api = w.column(np.int32)
