@@ -1,4 +1,4 @@
-"""Write the four question notebooks with nbformat (run: python notebooks/build_notebooks.py).
+"""Write the question notebooks with nbformat (run: python notebooks/build_notebooks.py).
 
 Each notebook opens with its question, runs small deterministic sweeps through
 ``simulator.report.experiments``, shows a figure and ends with an answer printed from the data.
@@ -311,11 +311,61 @@ for name in ("stream every 2", "stream every 8"):
           f"{int(e['itl_stalls.gaps_over_2x_median'])} -> {int(r['itl_stalls.gaps_over_2x_median'])}.")"""),
 ]
 
+NB5 = [
+    new_markdown_cell("""\
+# 5 · Nearer state: prefix caching, cache-aware routing and disaggregation
+
+**Question.** Two questions a deployment planner asks: *what does a 50% prefix hit rate buy me?*
+and *is 2 prefill + 2 decode GPUs better than 4 co-located replicas for my trace?* Keeping the KV
+cache next to the compute that needs it (a prefix cache, a router that sends a prompt where its
+prefix lives) saves prefill; moving it between GPUs (disaggregation) costs a transfer on the links
+lastmile already models. Where does the last mile stand in each?
+
+Part 1 sweeps the share of each prompt that is a shared system prompt (`workload.prefix`) on
+Llama-3-8B on one H100 (vLLM V1 host path), with and without `serving.prefix_caching`. Part 2 replays
+the first requests of Mooncake's conversation trace (real arrival times, 512-token prefix blocks) on
+four H100s: co-located replicas or a prefill pool and a decode pool (`disaggregation`), with and
+without prefix caching and SGLang's cache-aware router (`serving.router: prefix_affinity`)."""),
+    new_code_cell(SETUP),
+    new_code_cell("""\
+base = {"workload.requests": 400, "workload.rate": 12, "workload.prompt_tokens": 2048, "workload.output_tokens": 128,
+        "record_spans": False}
+points = [({"shared": share, "prefix_caching": on},
+           {**base, "workload.prefix": {"shared_tokens": int(2048 * share), "groups": 4}, "serving.prefix_caching": on})
+          for share in (0.0, 0.25, 0.5, 0.75) for on in (False, True)]
+prefix = E.run_labelled(None, points)
+prefix[["shared", "prefix_caching", "prefix_cache.hit_rate", "ttft_ms.mean", "ttft_ms.p99", "tpot_ms.mean",
+        "last_mile_share"]]"""),
+    new_code_cell("""\
+layouts = E.kv_layouts(requests=300)
+fig = plots.breakdown_bars(layouts, "layout", "Mooncake conversation trace, first 300 requests, Llama-3.1-8B on 4x H100",
+                           absolute=True, xlabel="layout at 4 GPUs")
+display(Image(plots.to_png(fig)))
+layouts[["layout", "ttft_ms.mean", "ttft_ms.p99", "tpot_ms.mean", "throughput.output_tokens_per_s",
+         "prefix_cache.hit_rate", "breakdown_share.kv_transfer", "last_mile_share"]]"""),
+    new_markdown_cell("## Answer"),
+    new_code_cell("""\
+p = prefix.set_index(["shared", "prefix_caching"])
+off, on = p.loc[(0.5, False)], p.loc[(0.5, True)]
+print(f"A half-shared prompt: {100 * on['prefix_cache.hit_rate']:.0f}% of prompt tokens hit the cache; mean TTFT "
+      f"{off['ttft_ms.mean']:.0f} -> {on['ttft_ms.mean']:.0f} ms, p99 {off['ttft_ms.p99']:.0f} -> {on['ttft_ms.p99']:.0f} ms, "
+      f"mean TPOT {off['tpot_ms.mean']:.1f} -> {on['tpot_ms.mean']:.1f} ms.")
+t = layouts.set_index("layout")
+co, dis = t.loc["4 co-located"], t.loc["2P2D"]
+print(f"Mooncake trace on 4 GPUs: 4 co-located replicas give TTFT {co['ttft_ms.mean']:.0f} ms and TPOT "
+      f"{co['tpot_ms.mean']:.1f} ms; 2P2D gives TTFT {dis['ttft_ms.mean']:.0f} ms and TPOT {dis['tpot_ms.mean']:.1f} ms, "
+      f"{100 * dis['breakdown_share.kv_transfer']:.3f}% of latency in KV transfers over NVLink.")
+best = t["ttft_ms.mean"].idxmin()
+print(f"Lowest mean TTFT: {best} ({t.loc[best, 'ttft_ms.mean']:.0f} ms); the last mile stays under "
+      f"{100 * t['last_mile_share'].max():.2f}% of latency in every layout.")"""),
+]
+
 NOTEBOOKS = {
     "01_where_the_last_mile_bites.ipynb": NB1,
     "02_parallel_dit_nvlink_vs_pcie.ipynb": NB2,
     "03_token_pipelining_causal_vs_dit.ipynb": NB3,
     "04_wider_nearer_more_continuous.ipynb": NB4,
+    "05_nearer_state_kv_cache.ipynb": NB5,
 }
 
 

@@ -126,6 +126,15 @@ def _small_trace(name: str, rows: int = 40) -> bytes:
         return b"".join(lines)
     # ../shared is not beside the checkout: a synthetic trace of the same shape
     rng = random.Random(rows)
+    if name.endswith(".jsonl"):  # Mooncake lines: ms timestamps, ids of 512-token blocks
+        lines, t = [], 0
+        for k in range(rows):
+            t += rng.randrange(0, 2000)
+            n = rng.randint(50, 3000)
+            ids = [0] + list(range(1 + 8 * k, 1 + 8 * k + (n - 1) // 512))
+            lines.append(f'{{"timestamp": {t}, "input_length": {n}, "output_length": {rng.randint(5, 400)}, '
+                         f'"hash_ids": {ids}}}')
+        return ("\n".join(lines) + "\n").encode()
     out, t = ["arrived_at,num_prefill_tokens,num_decode_tokens"], 0.0
     for _ in range(rows):
         t += rng.expovariate(4.0)
@@ -170,8 +179,9 @@ def load_bases() -> list[Base]:
         files = {}
         wl = raw.get("workload")
         if isinstance(wl, dict) and wl.get("trace"):
-            files["trace.csv"] = _small_trace(Path(str(wl["trace"])).name)
-            wl["trace"] = "trace.csv"
+            name = "trace" + Path(str(wl["trace"])).suffix  # a .jsonl trace stays JSON lines
+            files[name] = _small_trace(Path(str(wl["trace"])).name)
+            wl["trace"] = name
         raw = _shrink(raw)
         name = "<default>" if p == DEFAULT_SCENARIO else str(p.relative_to(ROOT))
         out.append(Base(name, raw.get("kind", "llm"), raw, files, is_default=p == DEFAULT_SCENARIO))

@@ -23,4 +23,4 @@ def test_notebook_runs_and_answers(path):
 
 
 def test_notebooks_exist():
-    assert len(NOTEBOOKS) == 4
+    assert len(NOTEBOOKS) == 5

@@ -145,27 +145,52 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.stream_interval": "Send every k-th token's text (the first at once).",
     "Serving.block_size": "Tokens per KV-cache block.",
     "Serving.gpu_memory_utilization": "Fraction of GPU memory the engine may use for weights, activations and KV.",
-    "Serving.router": "How requests are spread over replicas.",
+    "Serving.router": ("How requests are spread over replicas: in turn, fewest unfinished requests, fewest KV "
+                       "blocks in use, the longest cached prefix while loads are balanced (SGLang's cache-aware "
+                       "router), or by session id."),
+    "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
+                           "to CPU memory over the host link and loaded back instead of recomputed."),
+    "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",
+    "KVOffload.policy": ("write_through: every cached prefix block is copied out when computed (vLLM's offloading "
+                         "connector, LMCache); write_back: only blocks the GPU cache evicts (SGLang HiCache option)."),
+    "KVOffload.link": "The link the copies cross (links catalog name or mapping); unset: the GPU's host link.",
+    "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
+                               "blocks are reused, a prefill computes only the uncached suffix, idle cached "
+                               "blocks are evicted least recently used. Needs prompts with prefix identity."),
     "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "
                                 "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",
     "Serving.response_header_bytes": "Bytes of each response's headers.",
     "LLMScenario.workload": "Who sends what, when.",
+    "LLMScenario.disaggregation": ("Prefill/decode disaggregation: prompts on the prefill pool, their KV cache "
+                                   "sent over kv_link to a decode replica that generates every token."),
+    "Disaggregation.prefill": "The prefill pool.",
+    "Disaggregation.decode": "The decode pool.",
+    "Disaggregation.kv_link": ("The link the KV cache crosses (links catalog name or mapping: nvlink inside a node, "
+                               "ib-400g/roce between nodes); unset: the topology's route between the GPUs."),
+    "Disaggregation.transfer": ("whole: the KV is sent after the prefill; layerwise: each layer's KV as it is "
+                                "computed, overlapped with the prefill."),
+    "Pool.replicas": "Engine replicas in the pool.",
+    "Pool.tp": "Tensor parallelism of each replica in the pool.",
     "Workload.requests": "Requests to simulate.",
     "Workload.arrival": "Arrival process: open-loop poisson/gamma/constant at rate, all at once, "
-                        "closed loop at a concurrency, or a CSV trace.",
+                        "closed loop at a concurrency, or a trace's own times.",
     "Workload.rate": "Mean arrival rate (poisson, gamma, constant).",
     "Workload.burstiness": ("Gamma arrivals: coefficient of variation (CV) of the inter-arrival gaps (gamma "
                             "shape 1/CV^2), as Vidur uses it; 1 is Poisson, higher is burstier, lower smoother. "
                             "Every open-loop arrival process starts with its first request at t = 0."),
     "Workload.concurrency": "Closed loop: requests kept in flight.",
-    "Workload.trace": "Trace CSV (columns arrived_at, num_prefill_tokens, num_decode_tokens), relative to the "
-                      "scenario file.",
+    "Workload.trace": ("Trace file, relative to the scenario file: a CSV (columns arrived_at in s, "
+                       "num_prefill_tokens, num_decode_tokens) or, by its .jsonl extension, a Mooncake JSON-lines "
+                       "trace (timestamp in ms, input_length, output_length, hash_ids of 512-token prompt blocks, "
+                       "which give the requests prefix identity)."),
     "Workload.trace_time_scale": "Multiplies the trace's arrival times (below 1 replays it faster).",
     "Workload.trace_repeat": ("More requests than the trace has rows: replay it again and again (request i is row "
                               "i mod rows, with that row's token counts). With arrival `trace`, repetition k's "
                               "times are shifted by k x (the trace's span + its mean inter-arrival gap); with a "
-                              "synthetic arrival only the token counts cycle. Off: too few rows is an error."),
+                              "synthetic arrival only the token counts cycle. A .jsonl trace's repetition k has its hash_ids "
+                              "shifted by k x (largest id + 1): repeats are new users, sharing no prefix with "
+                              "earlier repetitions. Off: too few rows is an error."),
     "Workload.over_context": "A request longer than the model's context_length: error, or truncate its prompt.",
     "Workload.prompt_tokens": "Prompt length: a number or a distribution mapping.",
     "Workload.output_tokens": "Output length: a number or a distribution mapping.",

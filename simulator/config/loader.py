@@ -357,6 +357,12 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     raw["model"] = resolver.ref(model, _model_catalog(kind, model), "model", default=kind.default_model)
     cpu = resolve_engine(raw, resolver) if kind.name == "llm" else None
     raw["hardware"] = resolve_hardware(raw.get("hardware"), resolver, cpu)
+    off = (raw.get("serving") or {}).get("kv_offload") if isinstance(raw.get("serving"), dict) else None
+    if isinstance(off, dict) and off.get("link") is not None:
+        off["link"] = resolver.ref(off["link"], "links", "serving.kv_offload.link")
+    dis = raw.get("disaggregation")
+    if isinstance(dis, dict) and dis.get("kv_link") is not None:
+        dis["kv_link"] = resolver.ref(dis["kv_link"], "links", "disaggregation.kv_link")
     workload = raw.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("trace"), str) and workload["trace"]:
         tp = Path(workload["trace"])

@@ -208,6 +208,27 @@ class LLMParallel(Strict):
     replicas: Count(10_000) = 1
 
 
+class Pool(Strict):
+    """One pool of a disaggregated deployment: its engine replicas and their tensor parallelism."""
+
+    replicas: Count(10_000) = 1
+    tp: Count(1024) = 1
+
+
+class Disaggregation(Strict):
+    """Prefill/decode disaggregation (DistServe, Splitwise, Mooncake; vLLM's and SGLang's P/D modes):
+    prompts are computed on the prefill pool, their KV cache crosses ``kv_link`` (a links catalog
+    name or mapping; None: the topology's route between the two GPUs) to a decode replica, which
+    generates every output token. ``transfer``: the whole KV after the prefill, or layer by layer
+    as each layer is computed (overlapped with the prefill, as Mooncake's transfer engine and vLLM's
+    NIXL connector stream it)."""
+
+    prefill: Pool = Pool()
+    decode: Pool = Pool()
+    kv_link: Optional[LinkSpec] = None
+    transfer: Literal["whole", "layerwise"] = "layerwise"
+
+
 class EngineProfile(Strict):
     """A named serving stack (``serving.engine``): what it is, the CPU costs it runs with (a
     ``cpus`` catalog entry, plus ``costs`` over it) and the serving defaults it sets. The loader
@@ -221,6 +242,15 @@ class EngineProfile(Strict):
     serving: dict = {}
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
+
+
+class KVOffload(Strict):
+    """A host-memory tier for KV blocks (vLLM's CPU offloading, LMCache, SGLang HiCache): evicted
+    prefix blocks and preempted requests' KV are copied there and back instead of recomputed."""
+
+    capacity: Bytes
+    link: Optional[LinkSpec] = None
+    policy: Literal["write_through", "write_back"] = "write_through"
 
 
 class Serving(Strict):
@@ -238,7 +268,9 @@ class Serving(Strict):
     stream_interval: Count(MAX_CONTEXT) = 1
     block_size: Count(1 << 16) = 16
     gpu_memory_utilization: Fraction = 0.9
-    router: Literal["round_robin", "least_outstanding"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "session_affinity"] = "round_robin"
+    prefix_caching: bool = False
+    kv_offload: Optional[KVOffload] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
@@ -301,6 +333,86 @@ MAX_STAGES = 100
 """Most load stages a workload may hold (a load profile of 100 steps is already a fine ramp)."""
 
 
+MAX_PREFIX_GROUPS = 1_000_000
+"""Most distinct shared system prompts a workload may draw from (one per request of a large run is
+already no sharing at all)."""
+
+MAX_TURNS = 1_000
+"""Most turns a session may hold (chat datasets' longest conversations hold a few hundred)."""
+
+DEFAULT_PREFIX_BLOCK_TOKENS = 16
+"""Tokens per prefix id of the synthetic workloads: vLLM's default KV block size (vllm/config/cache.py
+``CacheConfig.block_size`` default 16), the granularity its prefix cache reuses."""
+
+
+class SharedPrefix(Strict):
+    """Shared system prompts: each request (each session, with ``sessions``) belongs to one of ``groups``
+    drawn uniformly, and its prompt starts with that group's ``shared_tokens`` tokens, then tokens of its
+    own. The prompt length is still drawn from ``prompt_tokens``: a prompt shorter than ``shared_tokens``
+    is the first tokens of its group's system prompt, cut there."""
+
+    shared_tokens: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = Field(
+        0, description="Tokens of each group's system prompt that start its prompts (0: none, for sessions that "
+                       "only set block_tokens).")
+    groups: Count(MAX_PREFIX_GROUPS) = Field(1, description="Distinct system prompts; each request (or session) "
+                                                            "draws one uniformly.")
+    block_tokens: Count(1 << 16) = Field(DEFAULT_PREFIX_BLOCK_TOKENS, description=(
+        "Tokens per prefix id (a prompt block); only whole blocks of the system prompt are shared. Default 16, "
+        "vLLM's KV block size."))
+
+
+class TimeDistribution(Strict):
+    """A duration distribution in seconds: fixed, uniform[low, high], exponential(mean) or lognormal(median, sigma)."""
+
+    dist: Literal["fixed", "uniform", "exponential", "lognormal"] = Field(
+        "fixed", description="fixed (value), uniform (low..high), exponential (mean) or lognormal (median, sigma), "
+                             "each with an optional max.")
+    value: Optional[Seconds] = Field(None, description="Fixed duration.")
+    low: Optional[Seconds] = Field(None, description="Uniform: shortest duration.")
+    high: Optional[Seconds] = Field(None, description="Uniform: longest duration.")
+    mean: Optional[PositiveSeconds] = Field(None, description="Exponential: mean duration.")
+    median: Optional[PositiveSeconds] = Field(None, description="Lognormal: median duration.")
+    sigma: Optional[Annotated[Number, Field(ge=0, le=4)]] = Field(None, description="Lognormal: sigma of the "
+                                                                                    "underlying normal.")
+    max: Optional[Seconds] = Field(None, description="Longest duration (draws are clipped).")
+
+    @model_validator(mode="after")
+    def _check(self):
+        need = {"fixed": ("value",), "uniform": ("low", "high"), "exponential": ("mean",),
+                "lognormal": ("median", "sigma")}[self.dist]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.dist} distribution needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.low > self.high:
+            raise ValueError(f"low ({self.low:g} s) is above high ({self.high:g} s)")
+        return self
+
+
+def _duration_branch(value) -> str:
+    return "distribution" if isinstance(value, (dict, TimeDistribution)) else "seconds"
+
+
+Duration = Annotated[Union[Annotated[Seconds, Tag("seconds")], Annotated[TimeDistribution, Tag("distribution")]],
+                     Discriminator(_duration_branch)]
+"""A duration: seconds (a number or a quantity such as ``5 s``) or a :class:`TimeDistribution` mapping."""
+
+
+class Sessions(Strict):
+    """Multi-turn sessions: ``turns`` requests per session, each prompt the whole history so far.
+
+    Turn 1's prompt is a user message (``prompt_tokens``); turn k's is turn k-1's prompt, its output
+    (``output_tokens``) and a new message, so a session's prompts grow and each repeats the last. Sessions
+    start per the arrival process (``rate`` is then the rate of new sessions) and turn k arrives
+    ``think_time`` after turn k-1 *arrived*: the workload is drawn before the run, with no feedback from
+    when a turn completes (a turn may arrive while the previous one still runs; a reply-driven client is
+    a later improvement). ``requests`` counts turns; the sessions are ceil(requests / turns) and the
+    latest turns beyond ``requests`` are not sent."""
+
+    turns: Count(MAX_TURNS) = Field(description="Requests (turns) per session.")
+    think_time: Duration = Field(0.0, description="Time from one turn's arrival to the next turn's: seconds or "
+                                                  "a distribution {dist: fixed|uniform|exponential|lognormal, ...}.")
+
+
 class Stage(Strict):
     """One stage of a load profile: ``int(rate x duration)`` requests at ``rate`` for ``duration``.
 
@@ -322,7 +434,11 @@ class Workload(Strict):
 
     With ``stages`` the run plays a load profile: the stages back to back, each at its own rate
     (gaps drawn from ``arrival``), so a later stage starts on a server the earlier ones loaded;
-    ``requests`` is then the stages' total and ``rate`` is unused (null)."""
+    ``requests`` is then the stages' total and ``rate`` is unused (null).
+
+    Prompts may carry prefix identity (which leading blocks they share with earlier prompts, for
+    prefix caching): a ``.jsonl`` trace's ``hash_ids``, ``prefix`` (shared system prompts) or
+    ``sessions`` (multi-turn histories); see simulator/workloads/prefix.py."""
 
     requests: Count(MAX_REQUESTS) = 200
     arrival: Literal["poisson", "gamma", "constant", "all_at_once", "closed", "trace"] = "poisson"
@@ -338,18 +454,56 @@ class Workload(Strict):
     prompt_tokens: TokenCount = 512
     output_tokens: TokenCount = 128
     stages: Optional[Annotated[list[Stage], Field(min_length=1, max_length=MAX_STAGES)]] = None
+    prefix: Optional[SharedPrefix] = Field(None, description=(
+        "Shared system prompts {shared_tokens, groups, block_tokens}: gives prompts prefix identity (block ids) "
+        "for prefix caching; synthetic lengths only (a .jsonl trace carries its own)."))
+    sessions: Optional[Sessions] = Field(None, description=(
+        "Multi-turn sessions {turns, think_time}: each turn's prompt is the history so far; sessions start per "
+        "the arrival process. Synthetic lengths only."))
+
+    @property
+    def prompt_upper(self) -> int:
+        """The longest prompt the workload can send (synthetic lengths): with sessions, the last turn's
+        history, ``turns`` messages and ``turns - 1`` outputs."""
+        prompt = upper_tokens(self.prompt_tokens)
+        if self.sessions is None:
+            return prompt
+        turns = self.sessions.turns
+        return turns * prompt + (turns - 1) * upper_tokens(self.output_tokens)
 
     @model_validator(mode="after")
     def _check(self):
+        self._check_prefix_sources()
         if self.stages is not None:
             return self._check_stages()
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival 'closed' needs workload.concurrency")
         if self.arrival == "trace" and not self.trace:
-            raise ValueError("arrival 'trace' needs workload.trace (a CSV path)")
+            raise ValueError("arrival 'trace' needs workload.trace (a .csv or .jsonl path)")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
             raise ValueError(f"arrival '{self.arrival}' needs workload.rate")
         return self
+
+    def _check_prefix_sources(self):
+        """Shared prompts and sessions shape synthetic lengths: not a trace's, nor a closed loop's order."""
+        if self.trace and (self.prefix is not None or self.sessions is not None):
+            key = "prefix" if self.prefix is not None else "sessions"
+            own = (" (a .jsonl trace carries its own prefix ids, hash_ids)" if self.trace.lower().endswith(".jsonl")
+                   else " (a CSV trace has no prefix identity; a Mooncake .jsonl trace has)")
+            raise ConfigError(f"{key} shape synthetic prompts and a trace sets its own; drop workload.{key} or "
+                              f"workload.trace{own}", path=f"workload.{key}")
+        if self.sessions is not None:
+            if self.stages is not None:
+                raise ConfigError("sessions start per one arrival process, not a load profile; drop workload.stages "
+                                  "or workload.sessions", path="workload.sessions")
+            if self.arrival == "closed":
+                raise ConfigError("sessions need an open-loop arrival (poisson, gamma, constant or all_at_once) to "
+                                  "start them; the closed loop sends requests in one order with no think time",
+                                  path="workload.sessions")
+        if self.prefix is not None and self.prefix.shared_tokens > upper_tokens(self.prompt_tokens):
+            raise ConfigError(f"{self.prefix.shared_tokens:,} shared tokens exceed the longest prompt "
+                              f"({upper_tokens(self.prompt_tokens):,} tokens), so no request holds the whole system "
+                              "prompt; lower shared_tokens or raise prompt_tokens", path="workload.prefix.shared_tokens")
 
     def _check_stages(self):
         """Stages draw their gaps from an open-loop process; they fix the request count and the rates."""
@@ -409,6 +563,40 @@ class LLMScenario(ScenarioBase):
     slo: SLO = SLO()
     max_sim_time: Optional[Horizon] = None
     coalesce_decode: bool = True
+    disaggregation: Optional[Disaggregation] = None
+
+    @model_validator(mode="after")
+    def _kv_identity(self):
+        """Prefix caching and prefix-affinity routing need prompts whose prefixes are known; session
+        affinity needs sessions."""
+        w, sv = self.workload, self.serving
+        has_prefix = bool(w.trace and str(w.trace).endswith(".jsonl")) or w.prefix is not None or w.sessions is not None
+        source = "a Mooncake .jsonl trace, workload.prefix or workload.sessions"
+        if sv.prefix_caching and not has_prefix:
+            raise ConfigError(f"serving.prefix_caching needs prompts with prefix identity: {source}",
+                              path="serving.prefix_caching")
+        if sv.router == "prefix_affinity" and not has_prefix:
+            raise ConfigError(f"router prefix_affinity needs prompts with prefix identity: {source}",
+                              path="serving.router")
+        if sv.router == "session_affinity" and w.sessions is None:
+            raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
+        return self
+
+    @model_validator(mode="after")
+    def _pools_own_their_parallelism(self):
+        """With disaggregation each pool sets its replicas and TP; ``parallel`` must not say otherwise."""
+        if self.disaggregation is None:
+            return self
+        p = self.parallel
+        for key in ("replicas", "tp", "pp"):
+            if getattr(p, key) != 1:
+                raise ConfigError(f"parallel.{key}={getattr(p, key)} with disaggregation: set replicas and tp in "
+                                  "disaggregation.prefill and disaggregation.decode (pipeline parallelism is not "
+                                  "modelled in the pools)", path=f"parallel.{key}")
+        if self.serving.api_server_process == "engine":
+            raise ConfigError("api_server_process: engine has no meaning with disaggregation (requests enter "
+                              "the prefill pool and leave the decode pool); use own", path="serving.api_server_process")
+        return self
 
     @model_validator(mode="after")
     def _multi_step_needs_outputs_in_bulk(self):
@@ -436,14 +624,15 @@ class LLMScenario(ScenarioBase):
         w = self.workload
         if w.trace:
             return self  # checked row by row when the trace is read (config.trace.check_trace)
-        prompt, output = upper_tokens(w.prompt_tokens), upper_tokens(w.output_tokens)
+        prompt, output = w.prompt_upper, upper_tokens(w.output_tokens)
         ctx = self.model.context_length
         if w.over_context == "truncate_prompt":
             if output >= ctx:
                 raise ConfigError(f"up to {output:,} output tokens leave no room for a prompt in "
                                   f"{self.model.name}'s {ctx:,}-token context", path="workload.output_tokens")
         elif prompt + output > ctx:
-            raise ConfigError(f"prompts of up to {prompt:,} and outputs of up to {output:,} tokens exceed "
+            history = f" (a session's last turn: {w.sessions.turns} messages and outputs)" if w.sessions else ""
+            raise ConfigError(f"prompts of up to {prompt:,}{history} and outputs of up to {output:,} tokens exceed "
                               f"{self.model.name}'s {ctx:,}-token context (a lognormal without max reaches "
                               f"median x exp({LOGNORMAL_TAIL_SIGMAS} sigma)); lower them, set max, or set "
                               "workload.over_context: truncate_prompt", path="workload.prompt_tokens")

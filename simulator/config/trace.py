@@ -1,9 +1,17 @@
-"""Reading request traces (CSV: arrived_at, num_prefill_tokens, num_decode_tokens) and checking them
-against the scenario that replays them, at load time, so a bad row is a one-line error before any run."""
+"""Reading request traces and checking them against the scenario that replays them, at load time, so a
+bad row is a one-line error before any run.
+
+Two formats, chosen by the file's extension: CSV (``arrived_at`` in s, ``num_prefill_tokens``,
+``num_decode_tokens``: the Splitwise/Vidur traces) and JSON lines (``.jsonl``: the Mooncake traces,
+one object per line with ``timestamp`` in ms, ``input_length``, ``output_length`` and ``hash_ids``,
+the ids of the prompt's 512-token blocks, which the workload turns into
+:class:`~simulator.workloads.prefix.PrefixIds`)."""
 
 from __future__ import annotations
 
 import csv
+import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -14,13 +22,27 @@ from ..errors import ConfigError
 from .models import MAX_CONTEXT
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+JSONL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+"""The keys of each line of a Mooncake trace (kvcache-ai/Mooncake FAST25-release/README.md)."""
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` entry of the Mooncake traces: "The block size is 512 tokens"
+(kvcache-ai/Mooncake FAST25-release/README.md, commit 3b5a5941)."""
+JSONL_TIME_UNIT = 1e-3
+"""Seconds per ``timestamp`` unit of a JSON-lines trace: Mooncake's are milliseconds from the start
+("the timing of request arrivals" of the FAST25 release; its one-hour conversation trace ends at
+3,536,999)."""
 KEY = "workload.trace"
 MAX_TRACE_SECONDS = 1e8
 """Latest arrival a trace may hold, scaled: the simulated horizon's bound (``max_sim_time``)."""
 
 
 def _fail(p: Path, row: int | None, what: str) -> ConfigError:
-    where = f" row {row + 2}" if row is not None else ""  # +2: the header line, and rows count from 1
+    if row is None:
+        where = ""
+    elif is_jsonl(p):
+        where = f" line {row + 1}"  # one object per line, lines count from 1
+    else:
+        where = f" row {row + 2}"  # +2: the header line, and rows count from 1
     return ConfigError(f"trace {p.name}{where}: {what}", path=KEY)
 
 
@@ -39,6 +61,10 @@ class TraceRows:
     arrived_at: np.ndarray
     num_prefill_tokens: np.ndarray
     num_decode_tokens: np.ndarray
+    hash_offsets: np.ndarray | None = None
+    """JSON-lines traces: row i's prompt block ids are ``hash_ids[hash_offsets[i]:hash_offsets[i + 1]]``
+    (blocks of :data:`MOONCAKE_BLOCK_TOKENS`); None for a CSV trace."""
+    hash_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrived_at)
@@ -48,7 +74,11 @@ class TraceRows:
 
     def head(self, n: int | None) -> "TraceRows":
         """The first ``n`` rows (all for None), as copies."""
-        return TraceRows(*(self[c][:n].copy() for c in COLUMNS))
+        columns = [self[c][:n].copy() for c in COLUMNS]
+        if self.hash_offsets is None:
+            return TraceRows(*columns)
+        offsets = self.hash_offsets[:None if n is None else n + 1].copy()
+        return TraceRows(*columns, offsets, self.hash_ids[:offsets[-1]].copy())
 
 
 def _read_columns(p: Path) -> tuple[list[list[str]], int]:
@@ -89,10 +119,101 @@ def _number(text: str) -> float:
         return float("nan")
 
 
+def _is_count(x) -> bool:
+    return type(x) is int  # not bool, not float: a token count or an id is a JSON integer
+
+
+def _read_jsonl(p: Path) -> TraceRows:
+    """A Mooncake trace, every line checked: one-line errors name the file's line."""
+    def fail(line: int, what: str) -> ConfigError:
+        return ConfigError(f"trace {p.name} line {line}: {what}", path=KEY)
+
+    times: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    lines: list[int] = []
+    hashes: list[list[int]] = []
+    try:
+        with p.open(encoding="utf-8") as f:
+            for line, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except ValueError as exc:
+                    raise fail(line, f"is not JSON ({str(exc)[:80]})") from None
+                if not isinstance(row, dict):
+                    raise fail(line, f"is not a JSON object with keys {', '.join(JSONL_KEYS)}")
+                missing = [k for k in JSONL_KEYS if k not in row]
+                if missing:
+                    raise fail(line, f"lacks key(s) {', '.join(missing)}; expected {', '.join(JSONL_KEYS)}")
+                t, n_in, n_out, ids = (row[k] for k in JSONL_KEYS)
+                if type(t) not in (int, float) or not math.isfinite(t) or t < 0:
+                    raise fail(line, f"timestamp {str(t)[:40]!r} must be a non-negative number of ms")
+                for key, v in (("input_length", n_in), ("output_length", n_out)):
+                    if not _is_count(v) or not 1 <= v <= MAX_CONTEXT:
+                        raise fail(line, f"{key} {str(v)[:40]!r} must be a whole number of tokens between 1 and "
+                                         f"{MAX_CONTEXT:,}")
+                if not isinstance(ids, list) or not all(_is_count(x) and x >= 0 for x in ids):
+                    raise fail(line, "hash_ids must be a list of non-negative integers")
+                need = -(-n_in // MOONCAKE_BLOCK_TOKENS)
+                if len(ids) != need:
+                    raise fail(line, f"{len(ids)} hash_ids do not cover input_length {n_in:,} ({need} blocks of "
+                                     f"{MOONCAKE_BLOCK_TOKENS} tokens)")
+                times.append(float(t))
+                prompt.append(n_in)
+                output.append(n_out)
+                lines.append(line)
+                hashes.append(ids)
+    except UnicodeDecodeError as exc:
+        raise _fail(p, None, f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+    except OSError as exc:
+        raise _fail(p, None, f"is not readable ({' '.join(str(exc).split())[:120]})") from None
+    if not times:
+        raise _fail(p, None, "has no rows")
+    arrivals = np.asarray(times) * JSONL_TIME_UNIT
+    row = _first(np.diff(arrivals) < 0)
+    if row is not None:
+        raise fail(lines[row + 1], "timestamp must not decrease from one line to the next")
+    row = _first(arrivals > MAX_TRACE_SECONDS)
+    if row is not None:
+        raise fail(lines[row], f"timestamp must be at most {MAX_TRACE_SECONDS:g} s (about 3 years), "
+                               f"got {arrivals[row]:g} s")
+    offsets = np.zeros(len(hashes) + 1, dtype=np.int64)
+    np.cumsum([len(h) for h in hashes], out=offsets[1:])
+    ids = np.fromiter((x for h in hashes for x in h), dtype=np.int64, count=int(offsets[-1]))
+    row = _first_misplaced_id(offsets, ids)
+    if row is not None:
+        raise fail(lines[row], "a hash_ids id must name one prefix: it recurs at another position or after "
+                               "another id than where it first appeared")
+    out = TraceRows(arrivals, np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64), offsets, ids)
+    for array in (out.arrived_at, out.num_prefill_tokens, out.num_decode_tokens, offsets, ids):
+        array.flags.writeable = False  # shared by the cache: callers get copies
+    return out
+
+
+def _first_misplaced_id(offsets: np.ndarray, ids: np.ndarray) -> int | None:
+    """The first row whose ids break the rule that an id names a whole prefix: every occurrence of an
+    id sits at the same position after the same id (Mooncake's remapped hashes keep it, as vLLM's
+    chained block hashes do), so a prefix cache may key blocks by id alone."""
+    if ids.size == 0:
+        return None
+    lengths = np.diff(offsets)
+    start = np.repeat(offsets[:-1], lengths)
+    pos = np.arange(ids.size, dtype=np.int64) - start
+    pred = np.where(pos > 0, ids[np.maximum(np.arange(ids.size) - 1, 0)], -1)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    bad = (pos != pos[first][inverse]) | (pred != pred[first][inverse])
+    k = _first(bad)
+    return None if k is None else int(np.searchsorted(offsets, k, side="right") - 1)
+
+
 @lru_cache(maxsize=4)
 def _read_checked(path: str, mtime_ns: int, size: int) -> TraceRows:
     """Every row of the file checked, so a corrupt trace is an error even in rows a short run leaves unread."""
     p = Path(path)
+    if is_jsonl(p):
+        return _read_jsonl(p)
     texts, rows = _read_columns(p)
     if rows == 0:
         raise _fail(p, None, "has no rows")
@@ -123,6 +244,11 @@ def _read_checked(path: str, mtime_ns: int, size: int) -> TraceRows:
     for array in out.values():
         array.flags.writeable = False  # shared by the cache: callers get copies
     return TraceRows(arrivals, out["num_prefill_tokens"].astype(np.int64), out["num_decode_tokens"].astype(np.int64))
+
+
+def is_jsonl(path: str | Path) -> bool:
+    """Whether a trace is read as JSON lines (a ``.jsonl`` file) rather than CSV."""
+    return Path(path).suffix.lower() == ".jsonl"
 
 
 def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:

@@ -259,6 +259,21 @@ class Topology:
         ports, latency = self.path(src, dst)
         return self.fabric.transfer(ports, nbytes, latency, label)
 
+    def kv_route(self, src_gpu: int, dst_gpu: int, link: LinkParams | None = None) -> tuple[list[Port], float]:
+        """Ports a KV-cache transfer between two GPUs crosses, and its latency: the topology's own
+        route, or with ``link`` (disaggregation's ``kv_link``) that link's port at each GPU (a NIC
+        per GPU, as on rail-optimised clusters)."""
+        if link is None:
+            return self.path(src_gpu, dst_gpu)
+        return [self._port(f"gpu{src_gpu}", "kv", "tx", link), self._port(f"gpu{dst_gpu}", "kv", "rx", link)], link.latency
+
+    def offload_route(self, gpu: int, direction: str, link: LinkParams | None = None) -> tuple[list[Port], float]:
+        """Ports a KV copy between ``gpu`` and host memory crosses (``"tx"``: to the host): its host
+        route, or with ``link`` (a what-if host link) that link's own port at the GPU."""
+        if link is None:
+            return self.host_route(gpu, direction)
+        return [self._port(f"gpu{gpu}", "offload", direction, link)], link.latency
+
     def host_route(self, gpu: int, direction: str = "tx") -> tuple[list[Port], float]:
         """The ports of a D2H (``"tx"``) or H2D (``"rx"``) copy of ``gpu``, and its latency: its PCIe
         port, and on a node type with PCIe switches its switch's uplink too (host memory is above

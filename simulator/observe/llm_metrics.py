@@ -260,6 +260,21 @@ def _latencies(t, store, lo: int = 0, hi: int | None = None) -> tuple:
     return ttft, tpot, e2e
 
 
+def category(t, store, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Requests ``lo..hi``'s seconds in one breakdown category. A disaggregated request waits
+    between its prefill and its first decode step while its KV crosses to the decode replica: that
+    wait is the transfer (``kv_transfer``), not queueing."""
+    out = store.column(f"cat_{name}", lo, hi)
+    if t.kv_start is not None and name in ("kv_transfer", "queue"):
+        hi = t.n if hi is None else hi
+        kv = np.nan_to_num(t.kv_end[lo:hi] - t.kv_start[lo:hi])
+        if name == "kv_transfer":
+            out += kv
+        else:
+            out -= kv
+    return out
+
+
 def _request_frames(t, store, done: np.ndarray) -> tuple:
     """Builders of one row per request (times in seconds) and of the breakdown of each completed one,
     from the request store: the frames are made when first read (:class:`~simulator.observe.result.Result`),
@@ -287,7 +302,7 @@ def _request_frames(t, store, done: np.ndarray) -> tuple:
         hi = t.n if hi is None else hi
         mine = done[lo:hi]
         e2e = store.column("last_R", lo, hi)[mine] - arrival[lo:hi][mine]
-        return pd.DataFrame({**{c: store.column(f"cat_{c}", lo, hi)[mine] for c in CATEGORIES}, "e2e_s": e2e},
+        return pd.DataFrame({**{c: category(t, store, c, lo, hi)[mine] for c in CATEGORIES}, "e2e_s": e2e},
                             index=pd.Index(lo + np.flatnonzero(mine), name="request"))
 
     return Chunked(requests, t.n), Chunked(breakdown_frame, t.n)
@@ -400,7 +415,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     window = np.subtract(t.last_R, store.column("first_R"))  # each request's time after its first token
     itl_sum = float(window[done].sum())
     del window
-    total = {c: float(store.column(f"cat_{c}")[done].sum()) for c in CATEGORIES}
+    total = {c: float(category(t, store, c)[done].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[done].sum())
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)

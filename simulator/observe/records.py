@@ -11,7 +11,7 @@ from __future__ import annotations
 # back by the stream interval, or a token the client received in a chunk.
 PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
 
-LLM_CATEGORIES = ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize", "stream")
+LLM_CATEGORIES = ("queue", "schedule", "prefill", "kv_transfer", "decode", "comm", "d2h", "detokenize", "stream")
 LLM_LAST_MILE = ("d2h", "detokenize", "stream")
 
 DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")

@@ -97,6 +97,40 @@ class KVCache(_Summary):
     mean_occupancy: Share
 
 
+class PrefixCacheSummary(_Summary):
+    """Prefix caching over all replicas: token-weighted hit rate (vLLM's prefix-cache hit-rate
+    metric), hit rate over prefix units (what a trace's block reuse counts), prefill tokens saved."""
+
+    hit_rate: Share
+    block_hit_rate: Share
+    saved_prefill_tokens: int
+    queried_tokens: int
+    evicted_units: int
+
+
+class KVTransferSummary(_Summary):
+    """Prefill/decode disaggregation: each completed request's KV-cache transfer from its prefill
+    replica to its decode replica, and the bytes all transfers put on the link."""
+
+    link: str
+    transfer: str
+    transfer_ms: Percentiles
+    bytes_total: float
+    prefill_replicas: int
+    decode_replicas: int
+
+
+class KVOffloadSummary(_Summary):
+    """The host-memory KV tier over all replicas: bytes copied out and back, loads and the tokens
+    they restored (prefill not recomputed), entries dropped from a full tier."""
+
+    stored_bytes: float
+    loaded_bytes: float
+    loads: int
+    loaded_tokens: int
+    dropped_entries: int
+
+
 class LLMMemory(_Summary):
     weights_gib: float
     activations_gib: float
@@ -142,6 +176,9 @@ class LLMSummary(RunSummary):
     engine_time_share: Optional[EngineTimeShare] = None
     step_gap_ms: Optional[StepGaps] = None
     kv_cache: Optional[KVCache] = None
+    prefix_cache: Optional[PrefixCacheSummary] = None
+    disaggregation: Optional[KVTransferSummary] = None
+    kv_offload: Optional[KVOffloadSummary] = None
     steps: Optional[int] = None
     preemptions: Optional[int] = None
     stages: Optional[list[StageSummary]] = None

@@ -126,6 +126,32 @@ def dit_scale_out(gpus: Sequence[int] = SCALE_GPUS, fabrics: Mapping[str, Mappin
     return run_labelled(scenario, points, workers)
 
 
+#: Issue 15's what-if: the Mooncake conversation trace (Kimi's chat traffic, 512-token prefix
+#: blocks) on four H100s running Llama-3.1-8B under vLLM V1's host path, co-located or
+#: disaggregated at equal GPU count, with and without prefix caching and cache-aware routing.
+KV_SCENARIO = "llm/mooncake_conversation.yaml"
+KV_LAYOUTS: Mapping[str, Mapping] = {
+    "4 co-located": {"parallel.replicas": 4, "serving.router": "least_outstanding"},
+    "4 co-located + prefix cache": {"parallel.replicas": 4, "serving.router": "least_outstanding",
+                                    "serving.prefix_caching": True},
+    "4 co-located + prefix cache + affinity": {"parallel.replicas": 4, "serving.router": "prefix_affinity",
+                                               "serving.prefix_caching": True},
+    "2P2D": {"disaggregation": {"prefill": {"replicas": 2}, "decode": {"replicas": 2}},
+             "serving.router": "least_outstanding"},
+    "2P2D + prefix cache + affinity": {"disaggregation": {"prefill": {"replicas": 2}, "decode": {"replicas": 2}},
+                                       "serving.router": "prefix_affinity", "serving.prefix_caching": True},
+}
+
+
+def kv_layouts(requests: int = 1000, time_scale: float = 1.0, layouts: Mapping[str, Mapping] = KV_LAYOUTS,
+               workers: int | None = None) -> pd.DataFrame:
+    """The first ``requests`` of the Mooncake conversation trace (arrival times x ``time_scale``) under
+    each layout of ``layouts`` (``layout`` column)."""
+    base = {"workload.requests": int(requests), "workload.trace_time_scale": float(time_scale), "record_spans": False}
+    points = [({"layout": name}, {**base, **over}) for name, over in layouts.items()]
+    return run_labelled(scenarios_dir() / KV_SCENARIO, points, workers)
+
+
 CPU_COSTS = ("detokenize_per_token", "output_per_request", "stream_per_chunk", "schedule_per_request",
              "schedule_per_step", "tokenize_per_token", "request_overhead")
 

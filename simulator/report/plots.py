@@ -29,6 +29,7 @@ PALETTE = MappingProxyType({
     "schedule": "#8c6bb1",
     "text_encode": "#c6dbef",
     "prefill": "#6baed6",
+    "kv_transfer": "#74c476",
     "denoise": "#3182bd",
     "decode": "#08519c",
     "comm": "#41ab5d",

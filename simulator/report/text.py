@@ -73,6 +73,19 @@ def format_llm(result) -> str:
         f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'], ',.0f')} blocks; "
         f"weights {_n(s['memory_per_gpu_gib']['weights_gib'], '.1f')} GiB/GPU",
     ]
+    if s.get("disaggregation"):
+        d = s["disaggregation"]
+        lines.append(f"  disaggregated: {d['prefill_replicas']} prefill + {d['decode_replicas']} decode replicas; KV "
+                     f"over {d['link']} ({d['transfer']}): {_n(d['transfer_ms']['mean'], '.2f')} ms mean, "
+                     f"{_n(d['transfer_ms']['p99'], '.2f')} ms p99 per request")
+    if s.get("kv_offload"):
+        o = s["kv_offload"]
+        lines.append(f"  KV offload: {o['loads']:,} loads restored {o['loaded_tokens']:,} tokens; "
+                     f"{o['stored_bytes'] / 2**30:,.1f} GiB out, {o['loaded_bytes'] / 2**30:,.1f} GiB back")
+    if s.get("prefix_cache"):
+        pc = s["prefix_cache"]
+        lines.append(f"  prefix cache: {_pct(pc['hit_rate'])} of prompt tokens hit ({_pct(pc['block_hit_rate'])} of "
+                     f"blocks), {pc['saved_prefill_tokens']:,} prefill tokens saved, {pc['evicted_units']:,} evictions")
     lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
 

@@ -21,15 +21,22 @@ import numpy as np
 
 from ..config.trace import fit_to_context, read_trace, repeated_arrivals, repeated_rows
 from ..errors import ConfigError
+from .prefix import PrefixIds, trace_ids
+from .sessions import draw_sessions, synthetic_ids
 
 
 @dataclass
 class RequestSpecs:
-    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens."""
+    """Arrays of what each request is: arrival time (NaN for closed-loop), prompt and output tokens, and
+    the ids of its prompt's blocks where the workload says which prompts share a prefix (None where it
+    does not: every prompt is then taken as unique), and its session in a multi-turn workload."""
 
     arrival: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    prefix: PrefixIds | None = None
+    session: np.ndarray | None = None
+    """Each request's session (int64, 0-based) with ``workload.sessions``; None otherwise."""
 
     def __len__(self) -> int:
         return len(self.prompt)
@@ -140,6 +147,10 @@ def open_loop_arrivals(workload, rng: np.random.Generator) -> np.ndarray | None:
     if process is None:
         raise ConfigError(f"arrival {workload.arrival!r} is not supported by this scenario kind "
                           f"(use {', '.join(ARRIVALS)})", path="workload.arrival")
+    for key in ("prefix", "sessions"):  # prompts that share prefixes: LLM workloads only
+        if getattr(workload, key, None) is not None:
+            raise ConfigError(f"workload.{key} shapes LLM prompts; this scenario kind has none, drop it",
+                              path=f"workload.{key}")
     if not process.open_loop:
         return None
     return arrival_times(workload, workload.requests, rng)
@@ -165,25 +176,41 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     """Every request of a workload: lengths from the trace or the distributions, arrivals as configured.
 
     ``context``: the model's context window; with ``over_context: truncate_prompt`` prompts are cut to
-    fit it (the loader has already rejected lengths that do not fit otherwise)."""
+    fit it (the loader has already rejected lengths that do not fit otherwise), and so are their prefix ids.
+
+    Prefix ids (:class:`~simulator.workloads.prefix.PrefixIds`) come from a ``.jsonl`` trace's
+    ``hash_ids``, or from ``workload.sessions`` / ``workload.prefix`` (drawn after every other draw);
+    a CSV trace or plain synthetic lengths carry none (``prefix`` None)."""
+    prefix = session = None
     if workload.trace:
         df = read_trace(workload.trace, limit=workload.requests)
-        prompt, output, at = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at
+        prompt, output, at, prefix = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at, trace_ids(df)
         n = len(df)
         if getattr(workload, "trace_repeat", False) and workload.requests > n:
-            # Replayed again and again: request i is row i mod rows (config.trace.repeated_rows).
+            # Replayed again and again: request i is row i mod rows (config.trace.repeated_rows); each
+            # repetition's prefix ids are shifted past the trace's, so repeats are new users.
             rows = repeated_rows(n, workload.requests)
             prompt, output, n = prompt[rows], output[rows], workload.requests
             at = repeated_arrivals(at, n) if workload.arrival == "trace" else at
+            prefix = None if prefix is None else prefix.repeated(n)
         if workload.arrival == "trace":
             at = at * workload.trace_time_scale
             arrival = at - at[0]
         else:
             arrival = arrival_times(workload, n, rng)
+    elif getattr(workload, "sessions", None) is not None:
+        draw = draw_sessions(workload, rng, arrival_times, sample_tokens)
+        arrival, prompt, output, session = draw.arrival, draw.prompt, draw.output, draw.session
+        prefix = synthetic_ids(workload, prompt, draw.session, draw.first_prompt, rng)
     else:
         n = workload.requests
         arrival = arrival_times(workload, n, rng)
         prompt = sample_tokens(workload.prompt_tokens, n, rng)
         output = sample_tokens(workload.output_tokens, n, rng)
+        if getattr(workload, "prefix", None) is not None:
+            prefix = synthetic_ids(workload, prompt, np.arange(n), prompt, rng)
     prompt = fit_to_context(prompt, output, context, workload.over_context)
-    return RequestSpecs(arrival.astype(float), prompt, output)
+    if prefix is not None:
+        prefix = prefix.cut(prompt)
+        prefix.check(prompt)
+    return RequestSpecs(arrival.astype(float), prompt, output, prefix, session)

@@ -40,7 +40,7 @@ class DecodeRuns:
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
                 and sv.api_server_process == "own" and not cpu.has_ipc
-                and sv.multi_step == 1)
+                and sv.multi_step == 1 and engine.sched.cache is None)
 
     def run(self) -> float | None:
         """Commit the longest decode run that can start now; returns when its last step's output

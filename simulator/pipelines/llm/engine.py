@@ -31,6 +31,7 @@ from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
 from .overlap import OVERLAP_MODES
 from .placements import PLACEMENTS
+from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
 from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
 
@@ -63,6 +64,7 @@ class Replica:
     detok_proc: CPUProcess | None
     links: ReplicaLinks
     gpu_tracks: list[str]
+    first_gpu: int = 0
 
 
 @dataclass
@@ -103,6 +105,9 @@ class RequestTable:
         self.preemptions = w.column(np.int32)
         self.first_R = w.column(float, np.nan)
         self.last_R = w.column(float, np.nan)
+        self.prefix = None   # the requests' PrefixIds, when the workload carries prefix identity
+        self.session = None  # each request's session id, when the workload has sessions
+        self.kv_start = self.kv_end = None  # with disaggregation: each request's KV transfer
         w.prepare(CHUNK)
 
 
@@ -110,21 +115,28 @@ class Engine:
     """A replica's engine loop. ``sink`` receives each step's tokens for detokenization and streaming."""
 
     def __init__(self, env, index: int, settings: EngineSettings, table: RequestTable, cost,
-                 kv_blocks: int, replica: Replica, sink, records: Records):
+                 kv_blocks: int, replica: Replica, sink, records: Records, prefix=None, offload=None):
         self.env = env
         self.index = index
         self.sv = settings
         self.cpu = settings.cpu
         self.table = table
         self.cost = cost
-        self.sched = Scheduler(table, settings, kv_blocks)
+        # with prefix caching (``prefix``: the requests' PrefixIds), a prefix cache in the KV pool
+        # and with a host tier (``offload``: an Offloader), KV copied out to host memory and back
+        self.sched = Scheduler(table, settings, kv_blocks,
+                               PrefixCache(prefix, settings.block_size) if prefix is not None else None, offload)
+        if offload is not None:
+            offload.wake = self._wake_up
         self.kv_peak = 0
         self.kv_sum = 0.0
         self.proc = replica.proc
         self.detok_proc = replica.detok_proc
         self.links = replica.links
         self.gpu_tracks = replica.gpu_tracks
+        self.gpu_index = replica.first_gpu
         self.sink = sink
+        self.handoff = None  # a KVHandoff when this replica is in a disaggregated prefill pool
         self.steps = records.steps
         self.rows = records.rows
         recorder = self.recorder = records.recorder
@@ -153,6 +165,15 @@ class Engine:
                  "receive request")
         self.sched.waiting.append(rid)
         self.outstanding += 1
+        self._wake_up()
+
+    def receive_prefilled(self, rid: int) -> None:
+        """A request whose KV cache arrived from a prefill replica joins the queue (the router
+        counted it as outstanding when it chose this replica)."""
+        self.sched.waiting.append(rid)
+        self._wake_up()
+
+    def _wake_up(self) -> None:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -204,6 +225,10 @@ class Engine:
             new_tokens += n
             (completes if p + n >= t.target[rid] else partial).append(rid)
         sampled = len(decode) + len(completes)
+        if self.handoff is not None and completes:
+            # a prefill replica's computed prompts leave the running set at once (their KV stays
+            # until it is sent), so no later step decodes them here
+            self.sched.leave(np.array(completes, dtype=np.int64))
         step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (), sampled)
         t.computed[decode] = comp + 1
         for rid, p, n in chunks:
@@ -294,6 +319,9 @@ class Engine:
         done mask or None if nobody finished).
         """
         t, sv = self.table, self.sv
+        if self.handoff is not None:  # a prefill replica: computed prompts left for the decode pool
+            self.outstanding -= len(step.completes)
+            return _EMPTY, None, None, None
         if len(step.completes):
             emit = np.concatenate([step.decode, step.completes])
             prefill_flag = np.zeros(len(emit), dtype=np.int8)
@@ -348,6 +376,10 @@ class Engine:
         if len(step.only_prefill):
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
+        if self.handoff is not None and len(step.completes):
+            self.rows.extend(len(step.completes), req=step.completes, step=step.index, prefill=1,
+                             kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
+            self.handoff.send(self, step.completes, step)
         if len(emit):
             yield from self.placement.hand_over(self, step, emit, send, prefill_flag, done,
                                                 max(step.d1, self.env.now), wait)

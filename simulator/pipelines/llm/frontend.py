@@ -38,7 +38,7 @@ class Frontend:
         self.rows = rows
         self.on_finish = on_finish
         self.engines = []
-        self.router = ROUTERS[settings.router]()
+        self.router = ROUTERS[settings.router](table)
         self.next_arrival = float("inf")  # the open-loop arrival the workload waits for (set by it)
         self._routes: list[float] = []   # tokenizations that end in the future: when they route
 
@@ -52,7 +52,7 @@ class Frontend:
         prompt = float(t.prompt[rid])
         cost = cpu.request_overhead + cpu.tokenize_per_token * prompt
         if self.sv.shared:
-            j = k = self._pick()  # API server j is replica j's engine process
+            j = k = self._pick(rid)  # API server j is replica j's engine process
         else:
             j, k = rid % len(self.servers), None
             cost += message_cost(cpu, 1, TOKEN_ID_BYTES * prompt)  # the request goes to the engine
@@ -69,13 +69,13 @@ class Frontend:
         heapq.heappop(self._routes)
         self._route(rid, k)
 
-    def _pick(self) -> int:
-        """The replica the router sends the next request to."""
-        return self.router.pick(self.engines)
+    def _pick(self, rid: int) -> int:
+        """The replica the router sends request ``rid`` to."""
+        return self.router.pick(self.engines, rid)
 
     def _route(self, rid: int, k: int | None = None) -> None:
         if k is None:
-            k = self._pick()
+            k = self._pick(rid)
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 

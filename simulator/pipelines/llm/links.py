@@ -16,7 +16,8 @@ vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampl
 class ReplicaLinks:
     """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
 
-    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, allreduce_parts):
+    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, allreduce_parts,
+                 host_shared: bool = False):
         self.fabric = topo.fabric
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
         # tokens -> (fixed seconds, seconds of bytes) of one all-reduce, as the cost model has it
@@ -32,8 +33,9 @@ class ReplicaLinks:
         # The sampled ids are copied on the step's stream, after its kernels, so one replica's
         # copies are serialized; where no TP/PP traffic shares the port (NVLink boxes, one GPU)
         # they are booked in closed form instead of run as Fabric flows (same times, no events).
+        # ``host_shared``: other copies (KV offload, KV transfers over PCIe) use the host route too.
         shared = {p for ports, _ in (*self.groups, *self.sends) for p in ports}
-        self.d2h_booked = not shared.intersection(self.d2h_route[0])
+        self.d2h_booked = not host_shared and not shared.intersection(self.d2h_route[0])
         if self.d2h_booked:
             self.fabric.reserve(self.d2h_route[0])
         self.env = topo.env

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .prefix_cache import PrefixCache
 from .settings import EngineSettings
 
 
@@ -67,11 +68,25 @@ class Scheduler:
     blocks held). Blocks always cover ceil(computed / block_size) tokens.
     """
 
-    def __init__(self, table, settings: EngineSettings, kv_blocks: int):
+    def __init__(self, table, settings: EngineSettings, kv_blocks: int, cache: PrefixCache | None = None,
+                 offload=None):
         self.table = table
         self.sv = settings
         self.kv_total = kv_blocks
         self.kv_free = kv_blocks
+        # With prefix caching, blocks of cached prefix units belong to the cache: ``shared[rid]``
+        # of a request's ``blocks`` are references to it, freed by releasing them, not to the pool.
+        self.cache = cache
+        self.shared: dict[int, int] = {}
+        # With a host-memory tier (``offload``: an engine's Offloader), evicted prefix units and
+        # preempted requests' KV are copied out, and a request whose KV is there loads it back,
+        # waiting out of the queue (``loading``) while the copy runs.
+        self.offload = offload
+        self.loading: set[int] = set()
+        if offload is not None and cache is not None:
+            cache.on_evict = offload.unit_evicted
+            if offload.write_through:
+                cache.on_register = offload.unit_evicted
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self._run_arr: np.ndarray | None = None
@@ -104,7 +119,7 @@ class Scheduler:
         is_decode = comp >= t.target[ids]
         total = int(need[is_decode].sum())
         preempted = False
-        while total > self.kv_free and len(self.running) > 1:
+        while not self._fits(total) and len(self.running) > 1:
             victim = self.running.pop()
             self._run_arr = None
             self.preempt(victim)
@@ -113,7 +128,7 @@ class Scheduler:
                 k -= 1
                 ids, comp, take, need, is_decode = ids[:k], comp[:k], take[:k], need[:k], is_decode[:k]
                 total = int(need[is_decode].sum())
-        if total > self.kv_free:  # one request left and its blocks do not fit: nothing runs
+        if not self._fits(total):  # one request left and its blocks do not fit: nothing runs
             ids, comp, take, need, is_decode, total = ids[:0], comp[:0], take[:0], need[:0], is_decode[:0], 0
         if total:
             self.kv_free -= total
@@ -126,10 +141,12 @@ class Scheduler:
             # A partial prefill whose chunk finds no free blocks sits the step out, keeping its
             # blocks (vLLM would preempt the tail here, usually the prefill itself: see KV_FULL_PARTIAL).
             for r, c, n, b in zip(ids[~is_decode], comp[~is_decode], take[~is_decode], need[~is_decode]):
-                if b <= self.kv_free:
+                if self._fits(int(b)):
                     self.kv_free -= int(b)
                     t.blocks[r] += b
                     chunks.append((int(r), int(c), int(n)))
+                    if self.cache is not None:
+                        self._register(int(r), int(c) + int(n))
                     budget -= int(n)
 
         return self._admit(decode, dcomp, chunks, budget, preempted)
@@ -142,7 +159,7 @@ class Scheduler:
         ids, comp = run[:k], comp[:k]
         need = (comp + bs) // bs - t.blocks[ids]  # blocks covering computed + 1 tokens
         total = int(need.sum())
-        if total > self.kv_free:
+        if not self._fits(total):
             return None
         if total:
             self.kv_free -= total
@@ -158,6 +175,12 @@ class Scheduler:
                 rid = self.waiting[0]
                 if t.computed[rid] == 0:
                     t.target[rid] = t.prompt[rid] + t.generated[rid]
+                    if self.offload is not None and self._load_swapped(rid):
+                        continue
+                    if self.cache is not None and rid not in self.cache.settled:
+                        self._look_up(rid)
+                        if self.offload is not None and self._load_units(rid):
+                            continue
                 n = int(t.target[rid] - t.computed[rid])
                 if 0 < threshold < n:
                     n = threshold
@@ -171,14 +194,97 @@ class Scheduler:
                 self._run_arr = None
                 chunks.append((rid, int(t.computed[rid]), n))
                 budget -= n
+                if self.cache is not None:
+                    self._register(rid, int(t.computed[rid]) + n)
         if len(decode) == 0 and not chunks:
             return None
         return Batch(decode, dcomp, chunks)
 
+    def _fits(self, n: int) -> bool:
+        """Whether ``n`` more blocks can be had, evicting idle cached prefixes when the free pool
+        is short (vLLM's free queue hands out cached blocks nobody uses, least recently used first)."""
+        if n <= self.kv_free:
+            return True
+        cache = self.cache
+        if cache is None or n > self.kv_free + cache.idle_blocks:
+            return False
+        self.kv_free += cache.evict(n - self.kv_free)
+        return True
+
+    def _look_up(self, rid: int) -> None:
+        """A request about to be admitted takes its cached prefix: those tokens count as computed
+        and their blocks as its own (shared with the cache)."""
+        t = self.table
+        tokens, blocks = self.cache.match(rid, int(t.prompt[rid]), count=t.preemptions[rid] == 0)
+        t.computed[rid] = tokens
+        t.blocks[rid] = blocks
+        self.shared[rid] = blocks
+
+    def _load_swapped(self, rid: int) -> bool:
+        """A preempted request whose KV was swapped out loads it back (when its blocks fit) instead
+        of recomputing; True when it left the queue to wait for the copy."""
+        tier = self.offload.tier
+        key = ("swap", rid)
+        if not tier.has(key):
+            return False
+        tokens = tier.entries[key][1]
+        blocks = -(-tokens // self.sv.block_size)
+        if not self._fits(blocks):
+            return False
+        self._start_load(rid, [key], tokens, blocks)
+        return True
+
+    def _load_units(self, rid: int) -> bool:
+        """After the GPU cache's hit, the prefix units that follow it in the host tier are loaded
+        back (when their blocks fit); True when the request left the queue to wait for the copy."""
+        tier, cache, t = self.offload.tier, self.cache, self.table
+        prompt = int(t.prompt[rid])
+        ids = cache.prefix.of(rid).tolist()
+        first = cache.settled[rid]
+        keys, tokens = [], 0
+        for i in range(first, len(ids)):
+            if int(ids[i]) in cache.blocks or not tier.has(int(ids[i])):
+                break
+            keys.append(int(ids[i]))
+            tokens += cache.unit_tokens(rid, i, prompt)
+        if not keys:
+            return False
+        done = min(first * cache.prefix.unit + tokens, prompt - 1)
+        blocks = -(-done // self.sv.block_size) - int(t.blocks[rid])
+        if not self._fits(blocks):
+            return False
+        self._start_load(rid, keys, done, blocks)
+        return True
+
+    def _start_load(self, rid: int, keys: list, tokens: int, blocks: int) -> None:
+        """Reserve the blocks and copy ``keys`` back; the request rejoins the queue's head with
+        ``tokens`` computed when the copy ends."""
+        self.kv_free -= blocks
+        self.table.blocks[rid] += blocks
+        self.waiting.popleft()
+        self.loading.add(rid)
+        nbytes = sum(self.offload.tier.take(k)[0] for k in keys)
+
+        def loaded() -> None:
+            # at least one token is left to compute (its logits give the next token)
+            self.loading.discard(rid)
+            self.table.computed[rid] = min(tokens, int(self.table.target[rid]) - 1)
+            self.offload.tier.loads += 1
+            self.offload.tier.loaded_tokens += tokens
+            self.waiting.appendleft(rid)
+
+        self.offload.load(rid, nbytes, loaded)
+
+    def _register(self, rid: int, covered: int) -> None:
+        """Units of the prompt that the request's KV covers once this step is computed join the cache."""
+        moved = self.cache.register(rid, covered, int(self.table.prompt[rid]))
+        if moved:
+            self.shared[rid] = self.shared.get(rid, 0) + moved
+
     def _alloc(self, rid: int, n: int) -> bool:
         t = self.table
         need = -(-(int(t.computed[rid]) + n) // self.sv.block_size) - int(t.blocks[rid])
-        if need > self.kv_free:
+        if not self._fits(need):
             return False
         self.kv_free -= need
         t.blocks[rid] += need
@@ -190,7 +296,7 @@ class Scheduler:
         t, bs = self.table, self.sv.block_size
         need = (comp + bs) // bs - t.blocks[decode]
         total = int(need.sum())
-        if total > self.kv_free:
+        if not self._fits(total):
             return False
         self.kv_free -= total
         t.blocks[decode] += need
@@ -199,7 +305,9 @@ class Scheduler:
     def preempt(self, rid: int) -> None:
         """Recompute preemption: drop the request's KV and put it back at the head of the queue."""
         t = self.table
-        self.kv_free += int(t.blocks[rid])
+        if self.offload is not None and t.computed[rid] > 0:
+            self.offload.swap_out(rid, int(t.blocks[rid]), int(t.computed[rid]))
+        self.kv_free += int(t.blocks[rid]) - self._unshare(rid)
         t.blocks[rid] = 0
         t.computed[rid] = 0
         t.preemptions[rid] += 1
@@ -207,9 +315,26 @@ class Scheduler:
 
     def finish(self, finished: np.ndarray) -> None:
         """Finished requests leave the running set and free their blocks."""
-        t = self.table
+        self.leave(finished)
+        self.release(finished)
+
+    def leave(self, finished: np.ndarray) -> None:
+        """Requests leave the running set (their blocks stay held until :meth:`release`)."""
         fin = set(finished.tolist())
         self.running = [r for r in self.running if r not in fin]
         self._run_arr = None
+
+    def release(self, finished: np.ndarray) -> None:
+        """Free the KV blocks of requests that left the running set."""
+        t = self.table
         self.kv_free += int(t.blocks[finished].sum())
+        if self.cache is not None:
+            self.kv_free -= sum(self._unshare(r) for r in finished.tolist())
         t.blocks[finished] = 0
+
+    def _unshare(self, rid: int) -> int:
+        """Drop a leaving request's references to cached units; returns the blocks it shared."""
+        if self.cache is None:
+            return 0
+        self.cache.release(rid)
+        return self.shared.pop(rid, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -17,6 +18,7 @@ from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
 from ...observe.result import Result
 from ...observe.spans import SpanRecorder
+from ...observe.stats import stats as stats_of
 from ...observe.token_ledger import TokenLedger
 from ...units import fmt_bytes
 from ...workloads.arrivals import make_requests
@@ -25,7 +27,11 @@ from ..health import assess, overload_warning, was_cut
 from .decode_runs import DecodeRuns
 from .engine import Engine, Records, Replica, RequestTable
 from .frontend import Frontend
+from .routers import ROUTERS
+from .kv_offload import HostTier, Offloader, merged_stats as offload_stats
+from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
+from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
@@ -134,105 +140,276 @@ def _oom_result(scenario, exc: DoesNotFit) -> Result:
                   pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
 
 
+@dataclass
+class PoolPlan:
+    """One pool of engine replicas: ``role`` both (co-located), prefill or decode; the scenario
+    with the pool's parallelism; its step-cost model and KV blocks per replica; where its
+    replicas and GPUs start in the deployment's numbering."""
+
+    role: str
+    scenario: object
+    cost: LLMCostModel
+    kv_blocks: int
+    memory: dict
+    first_replica: int = 0
+    first_gpu: int = 0
+
+    @property
+    def replicas(self) -> int:
+        return self.scenario.parallel.replicas
+
+    @property
+    def gpus_per_replica(self) -> int:
+        p = self.scenario.parallel
+        return p.tp * p.pp
+
+
+def plan_pools(scenario) -> list[PoolPlan]:
+    """The deployment's pools: one co-located pool, or a prefill and a decode pool. A co-located
+    layout that does not fit raises DoesNotFit (a run outcome); a disaggregated pool that does
+    not fit is a configuration error naming the pool."""
+    dis = scenario.disaggregation
+    if dis is None:
+        cost = build_cost(scenario)
+        kv_blocks, memory = kv_capacity(scenario, cost)
+        return [PoolPlan("both", scenario, cost, kv_blocks, memory)]
+    plans, replica, gpu = [], 0, 0
+    for role, pool in (("prefill", dis.prefill), ("decode", dis.decode)):
+        key = f"disaggregation.{role}"
+        scn = scenario.model_copy(update={"parallel": scenario.parallel.model_copy(
+            update={"tp": pool.tp, "replicas": pool.replicas})})
+        try:
+            check_parallel(scn)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, path=f"{key}.tp") from None
+        cost = build_cost(scn)
+        try:
+            kv_blocks, memory = kv_capacity(scn, cost)
+        except DoesNotFit as exc:
+            message = exc.message.replace("raise parallel.tp or parallel.pp", f"raise {key}.tp")
+            raise ConfigError(f"the {role} pool has no memory for the KV cache: {message}", path=f"{key}.tp") from None
+        plans.append(PoolPlan(role, scn, cost, kv_blocks, memory, replica, gpu))
+        replica += pool.replicas
+        gpu += pool.replicas * pool.tp
+    return plans
+
+
+def _check_fit(plans: list[PoolPlan], longest: int, longest_prompt: int, key: str) -> None:
+    """Every request fits every pool it passes through (a prefill pool holds only the prompt)."""
+    for plan in plans:
+        total = longest_prompt if plan.role == "prefill" else longest
+        if plan.role == "both":
+            check_requests_fit(plan.scenario, plan.kv_blocks, total, longest_prompt, key, plan.memory)
+            continue
+        try:
+            check_requests_fit(plan.scenario, plan.kv_blocks, total, longest_prompt, key, plan.memory)
+        except DoesNotFit as exc:
+            raise ConfigError(f"the {plan.role} pool has no memory for the KV cache: {exc.message}",
+                              path=f"disaggregation.{plan.role}.tp") from None
+
+
 def simulate(scenario):
     """Run an LLM serving scenario to completion; returns a Result (``status: oom`` if it does not fit)."""
     check_parallel(scenario)
-    cost = build_cost(scenario)
     w = scenario.workload
     try:
-        kv_blocks, memory = kv_capacity(scenario, cost)
+        plans = plan_pools(scenario)
         if not w.trace:
-            prompt = upper_tokens(w.prompt_tokens)
-            check_requests_fit(scenario, kv_blocks, prompt + upper_tokens(w.output_tokens), prompt,
-                               "workload.prompt_tokens", memory)
+            prompt = w.prompt_upper  # with sessions, a last turn's whole history
+            _check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
+                       "workload.sessions" if w.sessions else "workload.prompt_tokens")
         specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
         if w.trace:
-            check_requests_fit(scenario, kv_blocks, int((specs.prompt + specs.output).max()),
-                               int(specs.prompt.max()), "workload.trace", memory)
+            _check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
     except DoesNotFit as exc:
         return _oom_result(scenario, exc)
 
     env = simpy.Environment()
-    hw, sv, p = scenario.hardware, scenario.serving, scenario.parallel
-    recorder = SpanRecorder(enabled=scenario.record_spans)
-    topo = Topology.from_hardware(env, hw, p.replicas * p.tp * p.pp, recorder)
-    pool = CorePool(hw.cpu_cores)
+    system = build_serving(env, scenario, specs, plans, SpanRecorder(enabled=scenario.record_spans))
+    system.start_arrivals()
+    env.run(until=scenario.max_sim_time)
+    return system.result(was_cut(env, scenario.max_sim_time))
+
+
+class ServingSystem:
+    """An LLM serving deployment on a SimPy environment: API servers, router, engine replicas and
+    the run's stores. ``arrive(rid)`` hands request ``rid`` of the table to the frontend now; a
+    request graph (``kind: pipeline``) feeds its LLM calls this way, a plain run from its arrivals."""
+
+    def __init__(self, env, scenario, table: RequestTable, frontend: Frontend, replicas: list, servers: list,
+                 records: Records, recorder: SpanRecorder, memory: dict, kv_blocks: int):
+        self.env, self.scenario, self.table, self.frontend = env, scenario, table, frontend
+        self.replicas, self.servers, self.records, self.recorder = replicas, servers, records, recorder
+        self.memory, self.kv_blocks = memory, kv_blocks
+        self.engines: list[Engine] = []  # every replica's engine (the frontend routes to the entry pool's)
+        self.handoff: KVHandoff | None = None
+        self.finish_callbacks: list = []  # called as (rid, receipt time) when a request's last token is received
+        self._next_rid = 0
+
+    def arrive(self, rid: int) -> None:
+        """Request ``rid`` reaches an API server now (its arrival time is set to now)."""
+        self.table.arrival[rid] = self.env.now
+        self.frontend.arrive(rid)
+
+    def _finished(self, rid: int, receipt: float) -> None:
+        for callback in self.finish_callbacks:
+            callback(rid, receipt)
+
+    def start_arrivals(self) -> None:
+        """The workload's own arrivals: the open loop at the table's arrival times, or a closed
+        loop of ``workload.concurrency`` clients, each sending its next request when the last is received."""
+        env, table, frontend = self.env, self.table, self.frontend
+        if self.scenario.workload.arrival == "closed":
+            def next_request(_rid: int, receipt: float) -> None:
+                if self._next_rid < table.n:
+                    nxt = self._next_rid
+                    self._next_rid += 1
+                    env.timeout(receipt - env.now).callbacks.append(lambda _ev: self.arrive(nxt))
+
+            self.finish_callbacks.append(next_request)
+            self._next_rid = min(self.scenario.workload.concurrency, table.n)
+            for rid in range(self._next_rid):
+                self.arrive(rid)
+            return
+
+        def open_loop():
+            for rid in range(table.n):
+                wait = table.arrival[rid] - env.now
+                if wait > 0:
+                    frontend.next_arrival = env.now + wait
+                    yield env.timeout(wait)
+                frontend.arrive(rid)
+            frontend.next_arrival = float("inf")
+
+        env.process(open_loop())
+
+    def _transfer_summary(self) -> dict:
+        t, dis = self.table, self.scenario.disaggregation
+        done = t.finished & np.isfinite(t.last_R)
+        return {"link": dis.kv_link.name if dis.kv_link is not None else "topology route",
+                "transfer": dis.transfer, "transfer_ms": stats_of((t.kv_end - t.kv_start)[done], 1e3),
+                "bytes_total": self.handoff.bytes_sent,
+                "prefill_replicas": dis.prefill.replicas, "decode_replicas": dis.decode.replicas}
+
+    def result(self, cut: bool) -> Result:
+        """The run's Result once the environment has run (``cut``: stopped by max_sim_time)."""
+        scenario, table = self.scenario, self.table
+        procs = {id(q): q for q in [*self.servers, *(r.proc for r in self.replicas),
+                                    *(r.detok_proc for r in self.replicas)] if q}
+        activity: dict[str, float] = {}
+        for q in procs.values():
+            for label, seconds in q.by_label.items():
+                activity[label] = activity.get(label, 0.0) + seconds
+        stats = ServingStats(tuple(e.stats() for e in self.engines),
+                             tuple(dict.fromkeys(s.track for s in self.servers)), activity)
+        result = build_result(scenario, table, self.records.steps, self.records.rows, self.recorder, stats,
+                              self.memory, self.kv_blocks, self.env.now)
+        caches = merged_stats(e.sched.cache for e in self.engines)
+        if caches is not None:
+            result.summary["prefix_cache"] = caches
+        if self.handoff is not None:
+            result.summary["disaggregation"] = self._transfer_summary()
+        tiers = offload_stats(e.sched.offload.tier for e in self.engines if e.sched.offload is not None)
+        if tiers is not None:
+            result.summary["kv_offload"] = tiers
+        _assess(result.summary, scenario, table, cut)
+        return result
+
+
+def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: SpanRecorder,
+                  topo: Topology | None = None, pool: CorePool | None = None) -> ServingSystem:
+    """Build a scenario's serving deployment on ``env`` for the requests ``specs`` (their arrival
+    times are used only by :meth:`ServingSystem.start_arrivals`); ``plans`` from :func:`plan_pools`
+    (made here when None). ``topo`` and ``pool`` let a caller share the GPUs' topology and the
+    host's cores with other work."""
+    hw, sv = scenario.hardware, scenario.serving
+    plans = plans or plan_pools(scenario)
+    if topo is None:
+        topo = Topology.from_hardware(env, hw, sum(q.replicas * q.gpus_per_replica for q in plans), recorder)
+    if pool is None:
+        pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    # a separate detokenizer may hand a step's tokens over after a later step's rows: keep every row
-    keep_rows = sv.detokenizer == "separate"
+    table.prefix = getattr(specs, "prefix", None)
+    table.session = getattr(specs, "session", None)
+    # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
+    # disaggregated request's rows lie on two replicas far apart in steps: keep every row
+    keep_rows = sv.detokenizer == "separate" or scenario.disaggregation is not None
     # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
     # ledger reads them while it folds, and only the recent ones need to be held
-    steps = Columns(STEP_COLUMNS) if scenario.record_spans or keep_rows else RingColumns(STEP_COLUMNS)
+    steps = Columns(STEP_COLUMNS) if recorder.enabled or keep_rows else RingColumns(STEP_COLUMNS)
     ledger = TokenLedger(table, steps, keep_rows=keep_rows, capacity=max(1024, int(specs.output.sum()) + len(specs)))
     records = Records(steps, ledger, recorder)
-    replicas = [_replica(k, scenario, topo, pool, cost, recorder) for k in range(p.replicas)]
+    replicas = [_replica(q.first_replica + k, q.scenario, topo, pool, q.cost, recorder,
+                         q.first_gpu + k * q.gpus_per_replica) for q in plans for k in range(q.replicas)]
     if sv.api_server_process == "engine":  # each replica's API server is its engine process
         servers = [r.proc for r in replicas]
     else:
         servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
-    closed = scenario.workload.arrival == "closed"
-    next_rid = [0]
-
-    def on_finish(rid: int, receipt: float) -> None:
-        if closed and next_rid[0] < table.n:
-            nxt = next_rid[0]
-            next_rid[0] += 1
-            env.timeout(receipt - env.now).callbacks.append(lambda _ev: _arrive(nxt))
-
+    system: ServingSystem | None = None
     frontend = Frontend(env, FrontendSettings.from_scenario(scenario), topo.client_link, table, servers,
-                        records.rows, on_finish)
-
-    def _arrive(rid: int) -> None:
-        table.arrival[rid] = env.now
-        frontend.arrive(rid)
-
+                        records.rows, lambda rid, receipt: system._finished(rid, receipt))
+    last = plans[-1]  # the pool whose KV cache holds the generation: what the summary reports
+    system = ServingSystem(env, scenario, table, frontend, replicas, servers, records, recorder, last.memory,
+                           last.kv_blocks)
     settings = EngineSettings.from_scenario(scenario)
-    for k, replica in enumerate(replicas):
-        frontend.engines.append(Engine(env, k, settings, table, cost, kv_blocks, replica, frontend, records))
-    if scenario.coalesce_decode:
+    by_role: dict[str, list[Engine]] = {}
+    for q in plans:
+        cache = table.prefix if sv.prefix_caching and q.role != "decode" else None
+        for k in range(q.first_replica, q.first_replica + q.replicas):
+            engine = Engine(env, k, settings, table, q.cost, q.kv_blocks, replicas[k], frontend, records, cache,
+                            _offloader(env, sv, topo, q, replicas[k].first_gpu))
+            system.engines.append(engine)
+            by_role.setdefault(q.role, []).append(engine)
+    frontend.engines.extend(by_role.get("both") or by_role["prefill"])
+    if scenario.disaggregation is not None:
+        system.handoff = _handoff(env, scenario, topo, table, plans, by_role["decode"])
+        for engine in by_role["prefill"]:
+            engine.handoff = system.handoff
+    elif scenario.coalesce_decode:
+        open_loop = scenario.workload.arrival != "closed"
         for engine in frontend.engines:
-            if DecodeRuns.eligible(engine, frontend, not closed, p.replicas):
+            if DecodeRuns.eligible(engine, frontend, open_loop, len(frontend.engines)):
                 engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
-
-    def open_loop():
-        for rid in range(table.n):
-            wait = table.arrival[rid] - env.now
-            if wait > 0:
-                frontend.next_arrival = env.now + wait
-                yield env.timeout(wait)
-            frontend.arrive(rid)
-        frontend.next_arrival = float("inf")
-
-    if closed:
-        first_batch = min(scenario.workload.concurrency, table.n)
-        next_rid[0] = first_batch
-        for rid in range(first_batch):
-            _arrive(rid)
-    else:
-        env.process(open_loop())
-    env.run(until=scenario.max_sim_time)
-    procs = {id(q): q for q in [*servers, *(r.proc for r in replicas), *(r.detok_proc for r in replicas)] if q}
-    activity: dict[str, float] = {}
-    for q in procs.values():
-        for label, seconds in q.by_label.items():
-            activity[label] = activity.get(label, 0.0) + seconds
-    stats = ServingStats(tuple(e.stats() for e in frontend.engines), tuple(dict.fromkeys(s.track for s in servers)),
-                         activity)
-    result = build_result(scenario, table, records.steps, records.rows, recorder, stats, memory, kv_blocks, env.now)
-    _assess(result.summary, scenario, table, was_cut(env, scenario.max_sim_time))
-    return result
+    return system
 
 
-def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostModel, recorder) -> Replica:
-    """Replica ``k``'s CPU processes and its GPUs (tp x pp, stage by stage) on the topology."""
+def _offloader(env, sv, topo: Topology, plan: PoolPlan, gpu: int) -> Offloader | None:
+    """A replica's host tier for KV blocks (``serving.kv_offload``), copying over ``gpu``'s host
+    route or the tier's own link; one GPU's shard per copy."""
+    off = sv.kv_offload
+    if off is None:
+        return None
+    link = LinkParams.from_spec(off.link) if off.link is not None else None
+    tier = HostTier(off.capacity, plan.cost.kv_bytes_per_token_per_gpu() * sv.block_size)
+    return Offloader(env, topo.fabric, topo.offload_route(gpu, "tx", link), topo.offload_route(gpu, "rx", link), tier,
+                     off.policy == "write_through")
+
+
+def _handoff(env, scenario, topo: Topology, table: RequestTable, plans: list[PoolPlan], decode: list) -> KVHandoff:
+    """The KV transfers from the prefill pool to the decode pool: each carries the larger of the
+    two pools' per-GPU KV shards over ``disaggregation.kv_link`` (or the topology's route)."""
+    dis = scenario.disaggregation
+    shard = max(q.cost.kv_bytes_per_token_per_gpu() for q in plans)
+    link = LinkParams.from_spec(dis.kv_link) if dis.kv_link is not None else None
+    return KVHandoff(env, topo, decode, ROUTERS[scenario.serving.router](table), table, shard,
+                     scenario.model.layers, link, dis.transfer == "layerwise")
+
+
+def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostModel, recorder,
+             first: int) -> Replica:
+    """Replica ``k``'s CPU processes and its GPUs (tp x pp, stage by stage, from GPU ``first``) on the topology."""
     p, sv = scenario.parallel, scenario.serving
-    first = k * p.tp * p.pp
     stages = [[first + s * p.tp + i for i in range(p.tp)] for s in range(p.pp)]
-    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts)
+    # other copies share the GPUs' host route: KV offload over the host link, KV transfers routed
+    # by the topology (over PCIe where there is no NVLink)
+    dis = scenario.disaggregation
+    host_shared = ((sv.kv_offload is not None and sv.kv_offload.link is None)
+                   or (dis is not None and dis.kv_link is None))
+    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts, host_shared)
     engine = CPUProcess(f"engine{k}", pool, recorder)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
     return Replica(engine, detok, links,
-                   [f"gpu{first + i}" for i in range(p.tp * p.pp)])
+                   [f"gpu{first + i}" for i in range(p.tp * p.pp)], first)
 
 
 def _assess(summary: dict, scenario, table: RequestTable, cut: bool) -> None:
