@@ -67,6 +67,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("token_pipeline", scenario_at="config.dit_models:TokenPipelineScenario",
          simulate_at="pipelines.token_pipeline:simulate", summary_at="observe.summaries:TokenPipelineSummary",
          format_at="report.dit_text:format_token", catalogs=("llms", "dits")),
+    Kind("pipeline", scenario_at="config.pipeline_models:PipelineScenario",
+         simulate_at="pipelines.request_graph:simulate", summary_at="observe.summaries:PipelineSummary",
+         format_at="report.pipeline_text:format_pipeline", catalogs=("llms",),
+         check_at="pipelines.request_graph.sim:check"),
 )}
 """Every kind a scenario's ``kind:`` may name; ``llm`` when it names none."""
 

@@ -127,3 +127,21 @@ def test_an_unbounded_cache_hits_exactly_the_traces_own_block_reuse(root):
     # and it falls as the cache shrinks
     rates = [unbounded["block_hit_rate"]] + [_mooncake(root, m)["block_hit_rate"] for m in ("400 GB", "80 GB")]
     assert rates[0] > rates[1] > rates[2]
+
+
+def test_after_step_insertion_lets_no_request_of_a_batch_hit_another():
+    """SGLang inserts a prefix into its radix tree after the forward that computed it: two requests of
+    one group admitted in the same step both compute the shared prefix; a later one hits it."""
+    from dataclasses import replace
+
+    t = table([64, 96, 64])
+    t.prefix = Ids([[7, 8], [7, 8, 9], [7, 8]])
+    s = Scheduler(t, replace(settings(4096), prefix_cache_insert="after_step"), 10_000, PrefixCache(t.prefix, 16))
+    s.waiting.extend([0, 1])
+    assert step(s).chunks == [(0, 0, 64), (1, 0, 96)]
+    pending, s.to_register = s.to_register, []
+    assert not s.cache.blocks  # nothing is visible until the step is processed
+    s.register_computed(pending)
+    assert set(s.cache.blocks) == {7, 8, 9}
+    s.waiting.append(2)
+    assert step(s).chunks == [(2, 63, 1)]

@@ -95,10 +95,21 @@ def test_cross_socket_pcie_ring_is_held_to_the_socket_link():
 
 
 def test_tensor_parallel_traffic_on_a_pcie_box_shows_on_switch_and_socket_tracks():
-    r = simulator.run({"model": "llama-3-8b", "hardware": {"node": "pcie-8xl40s"}, "parallel": {"tp": 8},
-                       "workload": {"requests": 2, "arrival": "all_at_once", "prompt_tokens": 64, "output_tokens": 3}})
-    tracks = set(r.spans.track)
-    assert {"link:node0.sw0.up.tx", "link:node0.socket0to1", "link:node0.socket1to0"} <= tracks
+    """Issue 14's acceptance: a TP run on a PCIe box (the shipped scenario, a short workload) shows its
+    all-reduce on every link it crosses: each GPU's port on its PCIe switch, both switches' uplinks to their
+    CPU root complexes, and the socket link both ways."""
+    import yaml
+    from pathlib import Path
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "scenarios/llm/pcie_8xl40s_tp8.yaml").read_text())
+    raw["workload"] = {"requests": 2, "arrival": "all_at_once", "prompt_tokens": 64, "output_tokens": 3}
+    r = simulator.run(raw)
+    links = r.spans[r.spans.track.str.startswith("link:")]
+    tracks = set(links.track)
+    assert {f"link:gpu{g}.pcie.{d}" for g in range(8) for d in ("tx", "rx")} <= tracks          # switch ports
+    assert {f"link:node0.sw{s}.up.{d}" for s in (0, 1) for d in ("tx", "rx")} <= tracks        # to the root complexes
+    assert {"link:node0.socket0to1", "link:node0.socket1to0"} <= tracks                         # between the sockets
+    assert (links[links.track == "link:node0.socket0to1"].end > links[links.track == "link:node0.socket0to1"].start).all()
 
 
 def test_tensor_parallel_all_reduce_on_a_node_type_is_the_plan_nccl_picks():
@@ -131,3 +142,53 @@ def test_dit_collectives_cross_the_shared_fabric_on_a_node_type():
     moved = node.spans[node.spans.track.str.startswith("link:") & node.spans.name.str.endswith("collectives")]
     assert len(moved) > 0 and set(moved.track) >= {"link:gpu0.nvlink.tx", "link:gpu1.nvlink.rx"}
     assert not flat.spans.name.str.endswith("collectives").any()
+
+
+def test_tree_between_nodes_is_nccls_tree_latency_and_half_its_bus_bandwidth():
+    """tuning.cc: tree latency = base + 2((ppn-1) intraLat + log2(nodes) interLat); tree busBw = 0.92 x the
+    tree graph's bandwidth (the chain on two nodes, up to twice the NICs), algorithm bandwidth half of it."""
+    grp = nccl.group(topology("dgx-a100", nodes=2), range(16), "ampere")
+    assert (grp.nodes, grp.ppn, grp.intra_bw, grp.net_bw) == (2, 8, pytest.approx(240e9), pytest.approx(200e9))
+    simple = next(p for p in nccl.plans(grp, "all_reduce", 1 << 30) if (p.algorithm, p.protocol) == ("tree", "Simple"))
+    assert simple.latency == pytest.approx((8.4 + 2 * (7 * 4.0 + 1 * 14.0)) * 1e-6, rel=1e-12)
+    assert simple.algbw == pytest.approx(0.92 * 240e9 * 0.5, rel=1e-12)
+    ll = next(p for p in nccl.plans(grp, "all_reduce", 1 << 30) if (p.algorithm, p.protocol) == ("tree", "LL"))
+    assert ll.algbw == pytest.approx(min(0.92 * 240e9 / 3.8, 22.5e9) * 0.5, rel=1e-12)
+    assert {nccl.best(grp, "all_reduce", s).algorithm for s in (1 << 12, 1 << 20, 1 << 34)} == {"tree"}
+    four = nccl.group(topology("dgx-a100", nodes=4), range(32), "ampere")  # beyond two nodes the ring wins big ones
+    assert nccl.best(four, "all_reduce", 1 << 34).algorithm == "ring"
+    assert nccl.best(four, "all_reduce", 1 << 16).algorithm == "tree"
+    assert all(p.algorithm != "tree" for p in nccl.plans(grp, "all_gather", 1 << 20))  # tree is all-reduce only
+
+
+def test_nvls_tree_joins_nvlink_sharp_nodes_over_their_nics():
+    grp = nccl.group(topology("hgx-h100", nodes=2), range(16), "hopper")
+    assert grp.nvls == 0 and grp.nvls_node == pytest.approx(370.8e9 * 0.85)
+    big = nccl.best(grp, "all_reduce", 1 << 34)
+    assert big.algorithm == "nvls_tree" and big.algbw == pytest.approx(min(370.8e9 * 0.85, 400e9), rel=1e-12)
+    assert big.latency == pytest.approx((25.0 + 2 * 1 * 20.9) * 1e-6, rel=1e-12)
+    four = nccl.group(topology("hgx-h100", nodes=4), range(32), "hopper")  # inner tree nodes: NICs carry it twice
+    assert nccl.best(four, "all_reduce", 1 << 34).algbw == pytest.approx(min(370.8e9 * 0.85, 400e9 / 2), rel=1e-12)
+    a100 = nccl.group(topology("dgx-a100", nodes=2), range(16), "ampere")  # NVSwitch gen2: no NVLink SHARP
+    assert all(p.algorithm != "nvls_tree" for p in nccl.plans(a100, "all_reduce", 1 << 34))
+
+
+def test_all_to_all_moves_each_gpus_buffer_at_its_link_rate():
+    """nccl-tests alltoall: each GPU sends size/n to each of the n-1 others at once, so on a switch its bus
+    bandwidth is the GPU's link (OCI's GB200 rows: 615-662 GB/s against NVLink5's 722)."""
+    grp = nccl.group(topology("gb200-nvl72", nodes=2), range(8), "blackwell")
+    plan = nccl.best(grp, "alltoall", 1 << 34)
+    assert grp.pair_bw == pytest.approx(721.8e9 / 7)
+    assert plan.algbw == pytest.approx(8 * 721.8e9 / 7, rel=1e-12)
+    assert plan.busbw == pytest.approx(721.8e9, rel=1e-3)
+
+
+def test_copies_staged_through_host_memory_cross_the_staging_ports_where_the_node_states_a_rate():
+    """pcie-4xa100 (no PCIe switch, no P2P through a root complex): every pair stages through host memory at
+    the rate measured on that box (links catalog shm-pcie4), so a ring runs at it; a box with no stated rate
+    keeps its PCIe and socket links."""
+    t = topology("pcie-4xa100")
+    assert names(t, 0, 1) == ["gpu0.pcie.tx", "gpu0.shm.tx", "gpu1.pcie.rx", "gpu1.shm.rx"]
+    assert names(t, 1, 2) == ["gpu1.pcie.tx", "gpu1.shm.tx", "node0.socket0to1", "gpu2.pcie.rx", "gpu2.shm.rx"]
+    assert nccl.group(t, range(4), "ampere").intra_bw == pytest.approx(5.2e9)
+    assert all(".shm." not in n for n in names(topology("pcie-8xl40s"), 0, 5))

@@ -35,10 +35,10 @@ TOLERANCE = {
     # keep today's accuracy from getting worse.
     ("dit_pixart_strategies", "latency_s"): (25, 55),
     ("dit_pipefusion_patches", "latency_s"): (15, 31),
-    ("dit_scaling_a100", "latency_s"): (30, 75),  # out of sample (not in ../shared/reference)
+    ("dit_scaling_a100", "latency_s"): (15, 37),  # out of sample (not in ../shared/reference)
     # xDiT's 8xL20 plot (issue 14, out of sample): the 4096 DistriFusion OOM is not reproduced (the
-    # simulator fits it in 48 GB), so its max is infinite; the median is asserted
-    ("dit_xdit_l20_strategies", "latency_s"): (16, math.inf),
+    # simulator fits it in 48 GB): an OOM mismatch, counted apart (test_oom_rows_are_a_status_not_an_error)
+    ("dit_xdit_l20_strategies", "latency_s"): (16, 142),
     # A live vLLM under load (issue 11): what it meets after the issue's step work; the 20 req/s
     # stages still saturate in the simulator (TTFT of seconds), see the family's notes.
     ("vllm_serving_h100", "ttft_ms"): (34, 30_000),
@@ -47,9 +47,9 @@ TOLERANCE = {
     # Out of sample (not in ../shared/reference): vLLM V0's latency benchmark on Mixtral; its tp 8 rows
     # carry V0's per-step host time (issue 13), see the family's notes.
     ("vllm_latency_mixtral", "batch_latency_s"): (40, 62),
-    # NCCL collectives (issue 14): the median meets 10%; the worst rows are a PCIe box whose GPUs stage
-    # through host memory (NCCL's SHM transport, not modelled) and A100 mid-size protocol limits.
-    ("nccl_collectives", "busbw_gbps"): (10, 325),
+    # NCCL collectives (issue 14): the median meets 10%; the worst rows are the OCI A100 small sizes (an
+    # older NCCL's latency) and NVLSTree across GB200 racks: see the family's notes.
+    ("nccl_collectives", "busbw_gbps"): (10, 118),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (55, 55),
@@ -58,7 +58,26 @@ TOLERANCE = {
     ("last_mile_engines", "throughput_ratio"): (30, 51),
     ("last_mile_engines", "step_gap_ms"): (35, 100),
     ("last_mile_engines", "tpot_ms"): (46, 53),
+    # KV-cache mechanisms (issue 15): what each row misses and the mechanism it needs are in the
+    # family's notes. The Mooncake traces' cache ratios (an unbounded-cache replay) are within 7%.
+    ("prefix_caching", "ttft_ms"): (92, 98),
+    ("prefix_caching", "e2e_ms"): (70, 82),
+    ("prefix_caching", "ttft_ratio"): (39, 103),
+    ("prefix_caching", "e2e_ratio"): (18, 101),
+    ("prefix_caching", "prefix_hit_rate"): (5, 7),
+    ("cache_routing", "prefix_hit_rate"): (74, 141),
+    ("cache_routing", "throughput_ratio"): (35, 35),
+    ("kv_transfer", "kv_transfer_ms"): (31, 78),
+    ("kv_transfer", "ttft_ms"): (58, 83),
+    ("kv_offload", "copy_gbps"): (21, 32),
+    # Speculative decoding (issue 16): the low-load speed-ups are near; the high-load slowdowns of
+    # vLLM 0.6 (its spec-decode host path) are not reproduced, see the family's notes.
+    ("speculative_decoding", "e2e_ratio"): (21, 75),
+    ("speculative_decoding", "throughput_ratio"): (16, 27),
 }
+# (family, metric) read from ../shared/traces: not replayed (no prediction) in a clone without them
+NEEDS_TRACES = {("prefix_caching", "prefix_hit_rate")}
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +144,54 @@ def test_vllm_serving_cases_match_the_reference_csv():
         assert o["workload"]["output_tokens"] == int(float(r["output_mean"]))
 
 
+KV_REF = Path(__file__).resolve().parents[1] / "scenarios" / "validation" / "reference"
+
+
+def _kv_rows(name: str) -> dict[str, dict]:
+    with open(KV_REF / name) as f:
+        return {r["id"]: r for r in csv.DictReader(f)}
+
+
+def test_kv_transfer_cases_match_the_reference_csv():
+    """One case per prompt length of Mooncake's vLLM PD table, its transfer time and (where published
+    in the TTFT rows) its mean TTFT, in ms; the prompt is the length plus Qwen3's 9 chat-template tokens."""
+    rows = _kv_rows("disaggregation.csv")
+    fam = next(f for f in discover() if f.name == "kv_transfer")
+    lengths = [int(r["input_tokens"]) for i, r in rows.items() if i.startswith("dg-mc-vllm-xfer-")]
+    assert [c.overrides["workload.prompt_tokens"] - 9 for c in fam.cases] == lengths
+    for case, n in zip(fam.cases, lengths):
+        want = {"kv_transfer_ms": float(rows[f"dg-mc-vllm-xfer-{n}"]["value"])}
+        if f"dg-mc-vllm-ttft-{n}" in rows:
+            want["ttft_ms"] = float(rows[f"dg-mc-vllm-ttft-{n}"]["value"])
+        assert case.measured == want
+
+
+def test_prefix_caching_cases_match_the_reference_csv():
+    """vLLM PR #1983: each QPS has a cache-off case (the rows' baselines) and a cache-on case (their
+    values), seconds in the CSV and ms in the family; the Mooncake replays carry Table 2's ratios."""
+    rows = _kv_rows("prefix_caching.csv")
+    fam = next(f for f in discover() if f.name == "prefix_caching")
+    cases = {c.name: c for c in fam.cases}
+    for q in (10, 15, 25):
+        ttft, lat = rows[f"pc-pr1983-ttft-q{q}"], rows[f"pc-pr1983-lat-q{q}"]
+        off, on = cases[f"llama-13b a100 {q} qps, prefix cache off"], cases[f"llama-13b a100 {q} qps, prefix cache on"]
+        assert off.overrides["workload.rate"] == on.overrides["workload.rate"] == f"{q}/s"
+        assert off.measured == {"ttft_ms": 1000 * float(ttft["baseline_value"]), "e2e_ms": 1000 * float(lat["baseline_value"])}
+        assert on.measured["ttft_ms"] == 1000 * float(ttft["value"]) and on.measured["e2e_ms"] == 1000 * float(lat["value"])
+        assert on.relative_to == off.name
+    for trace in ("conversation", "synthetic"):
+        case = cases[f"mooncake {trace} trace, unbounded cache"]
+        assert case.measured == {"prefix_hit_rate": float(rows[f"pc-mooncake-cacheratio-{trace}"]["value"])}
+
+
 def test_every_family_and_metric_has_a_tolerance(summary):
     assert set(zip(summary.family, summary.metric)) == set(TOLERANCE)
 
 
 @pytest.mark.parametrize("key", sorted(TOLERANCE))
 def test_family_within_tolerance(summary, key):
+    if key in NEEDS_TRACES and not TRACES.is_dir():
+        pytest.skip("../shared/traces not present (a clone outside the workplace)")
     row = summary[(summary.family == key[0]) & (summary.metric == key[1])].iloc[0]
     med, mx = TOLERANCE[key]
     assert row.median_abs_pct <= med, f"{key}: median |error| {row.median_abs_pct:.1f}% > {med}%"
@@ -163,3 +224,50 @@ def test_bad_family_file_names_file_and_key(tmp_path):
 def test_unknown_family_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown validation family"):
         run_validation(["no_such_family"])
+
+
+def test_oom_rows_are_a_status_not_an_error():
+    """A row the simulator and the measurement disagree on fitting carries no number (it cannot poison a
+    family's max), is counted as an OOM mismatch and fails the family's target; an agreed OOM is no error."""
+    import pandas as pd
+
+    from simulator.validate import ROW_COLUMNS
+
+    rows = [dict(family="f", case="a", metric="m", predicted=11.0, measured=10.0, error_pct=10.0, note="", status="ok"),
+            dict(family="f", case="b", metric="m", predicted=5.0, measured=math.nan, error_pct=math.nan,
+                 note="OOM measured, simulator fits", status="missed_oom"),
+            dict(family="g", case="c", metric="m", predicted=9.5, measured=10.0, error_pct=-5.0, note="", status="ok"),
+            dict(family="g", case="d", metric="m", predicted=math.nan, measured=math.nan, error_pct=math.nan,
+                 note="OOM measured and predicted", status="oom")]
+    s = summarize(pd.DataFrame(rows, columns=ROW_COLUMNS)).set_index("family")
+    assert (s.loc["f", "max_abs_pct"], s.loc["f", "oom_mismatches"], bool(s.loc["f", "meets_target"])) == (10.0, 1, False)
+    assert (s.loc["g", "max_abs_pct"], s.loc["g", "oom_mismatches"], bool(s.loc["g", "meets_target"])) == (5.0, 0, True)
+    text = fidelity_markdown(pd.DataFrame(rows, columns=ROW_COLUMNS))
+    assert "| b | m | 5 | OOM | OOM missed |" in text and "missed (1 OOM mismatch)" in text
+
+
+def test_the_l20_distrifusion_oom_is_reported_as_a_miss(table, summary):
+    row = table[(table.family == "dit_xdit_l20_strategies") & (table.case == "4096 distrifusion")].iloc[0]
+    assert row.status == "missed_oom" and math.isnan(row.error_pct) and row.predicted > 0
+    assert summary[summary.family == "dit_xdit_l20_strategies"].iloc[0].oom_mismatches == 1
+
+
+def test_host_copy_cases_run_at_the_host_links_effective_bandwidth(tmp_path):
+    """One 2 GB copy alone on an H100's PCIe 5 port: 63 GB/s x 0.87 (links.yaml pcie5-x16), plus its
+    10 us latency; both directions at once each get a full port."""
+    p = tmp_path / "copy.yaml"
+    p.write_text("family: c\nsource: s\nmetric: copy_gbps\nkind: host_copy\nbase: {gpu: h100-sxm}\ncases:\n"
+                 "- {case: one, set: {direction: d2h, size: 2.0e9}, measured: 50}\n"
+                 "- {case: two, set: {direction: both, size: 2.0e9}, measured: 80}\n")
+    table = run_validation(directory=tmp_path)
+    one, two = table.predicted.tolist()
+    assert one == pytest.approx(2.0 / (10e-6 + 2.0e9 / (63e9 * 0.87)), rel=1e-9)
+    assert two == pytest.approx(2 * one, rel=1e-9)
+
+
+def test_a_case_of_an_unknown_kind_names_its_key(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("family: x\nsource: y\nmetric: ttft_ms\ncases:\n- {case: a, kind: nope, measured: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_family(p)
+    assert "cases[0].kind" in str(err.value)

@@ -80,6 +80,8 @@ FIELD_DOCS: dict[str, str] = {
     "NodeSpec.p2p": "PCIe peer-to-peer: all, switch (under a common switch only, NCCL's default), none (via host memory).",
     "NodeSpec.nic": "The NIC link.",
     "NodeSpec.nics": "NICs per node.",
+    "NodeSpec.shm": ("The rate a copy between GPUs without peer access reaches when staged through host memory "
+                     "(NCCL's SHM transport), per sending and per receiving GPU; null: only the route's links limit it."),
     "NodeSpec.sources": "Where each figure comes from; not used by the model.",
     "CPUCosts.name": "Name of the CPU cost profile.",
     "CPUCosts.tokenize_per_token": "API server: tokenizing one prompt token.",
@@ -146,8 +148,12 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.block_size": "Tokens per KV-cache block.",
     "Serving.gpu_memory_utilization": "Fraction of GPU memory the engine may use for weights, activations and KV.",
     "Serving.router": ("How requests are spread over replicas: in turn, fewest unfinished requests, fewest KV "
-                       "blocks in use, the longest cached prefix while loads are balanced (SGLang's cache-aware "
-                       "router), or by session id."),
+                       "blocks in use, the longest cached prefix while loads are balanced (prefix_affinity: read "
+                       "from the replicas' caches; cache_aware: from the router's own tree of the prompts it "
+                       "routed, as SGLang's router keeps it), or by session id."),
+    "Serving.prefix_cache_insert": ("When a computed prefix block becomes visible to other requests: when its step "
+                                    "is scheduled (allocate: vLLM V1 caches blocks on allocation) or once the step's "
+                                    "results are processed (after_step: SGLang's radix cache after the forward)."),
     "Serving.kv_offload": ("A host-memory KV tier: evicted prefix blocks and preempted requests' KV are copied "
                            "to CPU memory over the host link and loaded back instead of recomputed."),
     "KVOffload.capacity": "Host memory for KV blocks per replica (bytes, or a string such as 256 GiB).",
@@ -157,6 +163,15 @@ FIELD_DOCS: dict[str, str] = {
     "Serving.prefix_caching": ("Automatic prefix caching (vLLM APC, SGLang RadixAttention): cached prompt-prefix "
                                "blocks are reused, a prefill computes only the uncached suffix, idle cached "
                                "blocks are evicted least recently used. Needs prompts with prefix identity."),
+    "Serving.speculative": ("Speculative decoding: each decode step a proposer drafts tokens per request and the "
+                            "target verifies them in one step; accepted drafts plus one token are emitted."),
+    "Speculative.method": ("draft: a small LLM (draft_model) on the same GPUs; eagle: a one-layer head on the "
+                           "target's hidden states; ngram: prompt lookup on the engine's CPU."),
+    "Speculative.tokens": "Draft tokens per request per step (k; vLLM's num_speculative_tokens), 1-16.",
+    "Speculative.draft_model": "The draft LLM (llms catalog name or mapping); same vocabulary as the target.",
+    "Speculative.draft_tp": "GPUs the draft model is split over (vLLM's speculative_draft_tensor_parallel_size); unset: the target's tp.",
+    "Speculative.acceptance": ("Probability that each draft position is accepted when the ones before it were: one "
+                               "rate, or a list with one per position; unset: the method's published default."),
     "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "
                                 "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",

@@ -190,7 +190,7 @@ def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) 
     return hw
 
 
-NODE_LINKS = ("nvlink", "pcie", "switch_uplink", "socket_link", "nic")
+NODE_LINKS = ("nvlink", "pcie", "switch_uplink", "socket_link", "nic", "shm")
 
 
 def _base_name(value: Any) -> Any:
@@ -360,6 +360,9 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     off = (raw.get("serving") or {}).get("kv_offload") if isinstance(raw.get("serving"), dict) else None
     if isinstance(off, dict) and off.get("link") is not None:
         off["link"] = resolver.ref(off["link"], "links", "serving.kv_offload.link")
+    spec = (raw.get("serving") or {}).get("speculative") if isinstance(raw.get("serving"), dict) else None
+    if isinstance(spec, dict) and spec.get("draft_model") is not None:
+        spec["draft_model"] = resolver.ref(spec["draft_model"], "llms", "serving.speculative.draft_model")
     dis = raw.get("disaggregation")
     if isinstance(dis, dict) and dis.get("kv_link") is not None:
         dis["kv_link"] = resolver.ref(dis["kv_link"], "links", "disaggregation.kv_link")

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from ..errors import ConfigError
-from .quantities import (Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
+from .quantities import (NO_BOOL, Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
                          Seconds)
 
 LOGNORMAL_TAIL_SIGMAS = 6
@@ -107,6 +107,7 @@ class NodeSpec(Strict):
     p2p: Literal["all", "switch", "none"] = "switch"
     nic: Optional[LinkSpec] = None
     nics: Annotated[int, Field(ge=0, le=1024)] = 0
+    shm: Optional[LinkSpec] = None  # host-memory staging of a copy between GPUs without peer access
     sources: dict[str, str] = {}
 
     @model_validator(mode="after")
@@ -253,6 +254,33 @@ class KVOffload(Strict):
     policy: Literal["write_through", "write_back"] = "write_through"
 
 
+MAX_SPECULATIVE_TOKENS = 16
+"""Most draft tokens per step: vLLM's examples and the EAGLE/Spec-Bench configurations propose
+1-10 per request (Spec-Bench's PLD 10, EAGLE-3 chains of 3-7 in vLLM's P-EAGLE post); beyond 16
+the acceptance of the last positions is nil in every published measurement."""
+
+Acceptance = Annotated[float, NO_BOOL, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A per-position acceptance probability in [0, 1] (0: every draft rejected; 1: every one accepted)."""
+
+
+class Speculative(Strict):
+    """Speculative decoding (vLLM ``speculative_config``, SGLang ``--speculative-algorithm``): each
+    decode step a proposer drafts ``tokens`` tokens per running request, the target verifies them
+    and the draft's first ``a`` agree with it; the request emits a + 1 tokens (the bonus).
+
+    ``method``: ``draft`` (a small LLM, ``draft_model``, on the same GPUs, ``draft_tp`` of them),
+    ``eagle`` (a one-layer head on the target's hidden states), ``ngram`` (prompt lookup on the
+    engine's CPU). ``acceptance``: the probability that each draft position is accepted given the
+    ones before were — one rate for every position or a list per position (default: the method's
+    sourced rate, ``pipelines.llm.speculative.SPEC_METHODS``)."""
+
+    method: Literal["draft", "eagle", "ngram"]
+    tokens: Annotated[int, NO_BOOL, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)]
+    draft_model: Optional[LLMSpec] = None
+    draft_tp: Optional[Count(1024)] = None
+    acceptance: Optional[Union[Acceptance, list[Acceptance]]] = None
+
+
 class Serving(Strict):
     """Engine settings: batching, KV cache, CPU layout, overlap and streaming."""
 
@@ -268,9 +296,12 @@ class Serving(Strict):
     stream_interval: Count(MAX_CONTEXT) = 1
     block_size: Count(1 << 16) = 16
     gpu_memory_utilization: Fraction = 0.9
-    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "session_affinity"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "least_kv", "prefix_affinity", "cache_aware",
+                    "session_affinity"] = "round_robin"
     prefix_caching: bool = False
+    prefix_cache_insert: Literal["allocate", "after_step"] = "allocate"
     kv_offload: Optional[KVOffload] = None
+    speculative: Optional[Speculative] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
@@ -575,8 +606,8 @@ class LLMScenario(ScenarioBase):
         if sv.prefix_caching and not has_prefix:
             raise ConfigError(f"serving.prefix_caching needs prompts with prefix identity: {source}",
                               path="serving.prefix_caching")
-        if sv.router == "prefix_affinity" and not has_prefix:
-            raise ConfigError(f"router prefix_affinity needs prompts with prefix identity: {source}",
+        if sv.router in ("prefix_affinity", "cache_aware") and not has_prefix:
+            raise ConfigError(f"router {sv.router} needs prompts with prefix identity: {source}",
                               path="serving.router")
         if sv.router == "session_affinity" and w.sessions is None:
             raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
@@ -606,6 +637,45 @@ class LLMScenario(ScenarioBase):
             raise ConfigError(f"multi_step={sv.multi_step} runs with overlap sync or async_output (vLLM 0.6), "
                               "not with async scheduling; set serving.overlap or serving.multi_step: 1",
                               path="serving.multi_step")
+        return self
+
+    @model_validator(mode="after")
+    def _speculative_fits(self):
+        """A draft model shares the target's vocabulary and splits its heads over ``draft_tp``;
+        other methods take no draft model; a per-position list has one rate per draft token."""
+        spec = self.serving.speculative
+        if spec is None:
+            return self
+        key = "serving.speculative"
+        if spec.method == "draft":
+            d = spec.draft_model
+            if d is None:
+                raise ConfigError("method draft needs a draft model: set serving.speculative.draft_model to a "
+                                  "catalog LLM (e.g. qwama-0.5b)", path=f"{key}.draft_model")
+            if d.vocab != self.model.vocab:
+                raise ConfigError(f"draft model {d.name} has a {d.vocab:,}-token vocabulary but {self.model.name} has "
+                                  f"{self.model.vocab:,}: a draft must share the target's tokenizer", path=f"{key}.draft_model")
+            tp = spec.draft_tp or self.parallel.tp
+            if d.heads % tp or (d.kv_heads % tp and tp % d.kv_heads):
+                fits = [t for t in range(1, self.parallel.tp + 1) if d.heads % t == 0 and self.parallel.tp % t == 0]
+                raise ConfigError(f"draft tp={tp} does not split the {d.heads} attention heads / {d.kv_heads} KV heads "
+                                  f"of {d.name}; set serving.speculative.draft_tp to one of {fits} (vLLM's "
+                                  "speculative_draft_tensor_parallel_size)", path=f"{key}.draft_tp")
+            if tp > self.parallel.tp:
+                raise ConfigError(f"draft_tp={tp} exceeds the target's tp={self.parallel.tp}: the draft runs on the "
+                                  "target's GPUs", path=f"{key}.draft_tp")
+        elif spec.draft_model is not None or spec.draft_tp is not None:
+            raise ConfigError(f"method {spec.method} drafts without a draft model; remove draft_model/draft_tp or "
+                              "use method: draft", path=f"{key}.draft_model")
+        if isinstance(spec.acceptance, list) and len(spec.acceptance) != spec.tokens:
+            raise ConfigError(f"acceptance lists {len(spec.acceptance)} per-position rates for tokens={spec.tokens}; "
+                              "give one per draft token or a single rate", path=f"{key}.acceptance")
+        if self.serving.multi_step > 1:
+            raise ConfigError("speculative decoding does not run with multi-step scheduling (vLLM 0.6 refuses the "
+                              "combination); set serving.multi_step: 1", path="serving.multi_step")
+        if self.disaggregation is not None:
+            raise ConfigError("speculative decoding with disaggregation is not modelled; remove one of them",
+                              path=key)
         return self
 
     @model_validator(mode="after")

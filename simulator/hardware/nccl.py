@@ -19,10 +19,24 @@ pair as ``latency + bytes / bandwidth`` and runs the cheapest (src/graph/tuning.
   plus one n-th of each for its own slice: algbw = B·n/(n+1) at NCCL's NVLS efficiency (0.85
   Hopper, 0.74 Blackwell), after a 25 us NVLS step.
 
+- **Tree** (all-reduce only): a chain inside each node and a double binary tree between nodes;
+  its latency is tuning.cc's ``2 * ((ppn-1) * intraLat + log2(nodes) * interLat)`` over the tree's
+  base, its bus bandwidth the tree graph's (the node's chain on one or two nodes, where NCCL lets
+  the chain run at up to twice the network's rate, the network beyond) times 0.92, LL a further
+  1/3.8 (capped at ``LL_MAX_BW``), LL128 7/9 on one node and 120/128 across nodes; tree's bus
+  bandwidth converts to algorithm bandwidth at 1/2 (tuning.cc ``ratio *= .5``);
+- **NVLSTree** (all-reduce across nodes whose GPUs each sit in an NVLink SHARP domain): NVLS
+  inside each node, a tree of the nodes' NICs between them. Priced from its traffic like NVLS:
+  each GPU's link carries its buffer out and the result in (B x NVLS efficiency), and each
+  node's NICs carry the reduced buffer once each way on two nodes (each node roots half of it),
+  twice beyond (an inner tree node hears from two children); latency tuning.cc's
+  ``intraLat + 2 log2(nodes) interLat`` (25 us NVLink, 20.9 us network).
+
 A plan's ``busbw`` is nccl-tests' bus bandwidth (doc/PERFORMANCE.md): algbw x 2(n-1)/n for an
 all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for send/receive.
-Tree, CollNet, NVLSTree and PAT are not modelled (NCCL picks them only between nodes; the
-2-node rows it wins are slower here).
+Not modelled: CollNet (needs SHARP-capable switches), PAT (one GPU per node), and tuning.cc's
+per-channel bandwidth caps (perChMax*Bws times NCCL's channel count; above every bus bandwidth
+priced here at the channel counts NCCL opens on these boxes).
 """
 
 from __future__ import annotations
@@ -33,13 +47,16 @@ from dataclasses import dataclass
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-BASE_LATENCY_US = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "nvls": {"Simple": 0.0}}
+BASE_LATENCY_US = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+                   "nvls": {"Simple": 0.0}, "nvls_tree": {"Simple": 0.0}}
 """tuning.cc baseLat (us) per algorithm and protocol."""
 
 HW_LATENCY_US = {
-    "nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "nvls": {"Simple": 25.0}},
-    "pci": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
-    "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "nvls": {"Simple": 18.0}},
+    "nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+               "nvls": {"Simple": 25.0}, "nvls_tree": {"Simple": 25.0}},
+    "pci": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}},
+    "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+            "nvls": {"Simple": 18.0}, "nvls_tree": {"Simple": 20.9}},
 }
 """tuning.cc hwLat (us per step) by hardware, algorithm and protocol."""
 
@@ -51,8 +68,17 @@ LL_MAX_BW = {"volta": (39.0e9, 39.0e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19.0e
 LL_FACTOR, LL128_FACTOR = 0.5, 0.92
 """tuning.cc: LL carries 8 data bytes per 16 (busBw * 0.5); LL128 120 of 128 (busBw * 0.92)."""
 
+TREE_FACTOR, TREE_LL_FACTOR = 0.92, 1 / 3.8
+TREE_LL128_FACTOR = {True: 7.0 / 9.0, False: 120.0 / 128.0}  # one node / across nodes
+TREE_ALGBW_RATIO = 0.5
+"""tuning.cc's tree refinements: an all-reduce tree's busBw x 0.92, LL x 1/3.8 (capped at llMaxBw),
+LL128 x 7/9 on one node and 120/128 across; algorithm bandwidth = tree busBw x 0.5."""
+
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 """tuning.cc nvlsEfficiency by architecture (0 before Hopper: no NVLink SHARP)."""
+
+NVLS_MAX_ARITY = 32
+"""src/include/device.h NCCL_MAX_NVLS_ARITY: NVLS heads (GPU:NIC pairs, search.cc) per node at most."""
 
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1}
 NET_STEPS = {"all_reduce": lambda m: 2 * (m - 1), "all_gather": lambda m: m - 1, "reduce_scatter": lambda m: m - 1}
@@ -95,6 +121,13 @@ class Group:
     pair_hw: str
     arch: str
     nic_bw: float = math.inf  # one NIC: what a single flow between nodes gets
+    nvls_node: float = 0.0  # NVLS bandwidth per GPU inside each node, across nodes (NVLSTree), else 0
+    heads_bw: float = math.inf  # the node's NICs an NVLSTree's heads use (at most NVLS_MAX_ARITY of them)
+
+    @property
+    def ppn(self) -> int:
+        """Ranks per node (NCCL's ppn)."""
+        return self.n // self.nodes
 
 
 def _bottleneck(routes) -> float:
@@ -124,19 +157,27 @@ def group(topo, gpus, arch: str = "other") -> Group:
     local = next(iter(by_node.values()))
     intra = [topo.hops(local[i], local[(i + 1) % len(local)])[0] for i in range(len(local))] if len(local) > 1 else []
     intra_bw = _bottleneck(intra)
-    net_bw = nic_bw = math.inf
+    net_bw = nic_bw = heads_bw = math.inf
     if nodes > 1:
         nic = (lay.nic if lay is not None and lay.nic is not None else topo.node_link)
         if nic is None:
             raise ValueError("a group across nodes needs the node's NIC (hardware.node or node_link)")
-        rails = len({lay.nic_of(g % lay.gpus) for g in local}) if lay is not None and lay.nics else 1
+        # the NICs the node's GPUs reach the network by; a multi-node NVLink domain is one NCCL node
+        # (its hosts' topologies fused, topo.cc ncclTopoFuseXml), so it counts every host's NICs
+        rails = (len({(topo.node_of(g), lay.nic_of(g % lay.gpus)) for g in local})
+                 if lay is not None and lay.nics else 1)
         net_bw, nic_bw = rails * nic.nccl, nic.nccl
-    nvls = 0.0
-    if nvl and lay.nvls and nodes == 1 and n > 2:  # one NVLink domain (nodes count domains here)
-        nvls = topo.gpu_link.nccl * NVLS_EFFICIENCY.get(arch, 0.0)
+        heads_bw = min(rails, NVLS_MAX_ARITY) * nic.nccl
+    nvls = nvls_node = 0.0
+    if nvl and lay.nvls and n > 2:  # NVLink SHARP in each domain (nodes count domains here)
+        per_gpu = topo.gpu_link.nccl * NVLS_EFFICIENCY.get(arch, 0.0)
+        if nodes == 1:
+            nvls = per_gpu
+        elif len(local) > 1:
+            nvls_node = per_gpu
     pairs = [topo.hops(s, d)[0] for s in gpus for d in gpus if s != d]
     return Group(n, nodes, intra_bw, net_bw, _hw(intra) if intra else "pci", nvls, _bottleneck(pairs),
-                 "net" if nodes > 1 else _hw(pairs), arch, nic_bw)
+                 "net" if nodes > 1 else _hw(pairs), arch, nic_bw, nvls_node, heads_bw)
 
 
 def group_on(hardware, gpus) -> Group:
@@ -163,10 +204,11 @@ def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
     if collective in ("alltoall", "sendrecv"):  # grouped point-to-point sends (Simple)
         hw = grp.pair_hw if collective == "alltoall" else ("net" if grp.nodes > 1 else grp.intra_hw)
         latency = (BASE_LATENCY_US["ring"]["Simple"] + HW_LATENCY_US[hw]["ring"]["Simple"]) * 1e-6
-        # all-to-all: each GPU sends (n-1)/n of its buffer, to every other GPU at once;
-        # send/receive (nccl-tests sendrecv): each GPU sends its buffer to the next, all at once,
-        # the pair that crosses to the next node through one NIC
-        algbw = grp.pair_bw / factor if collective == "alltoall" else min(grp.intra_bw, grp.nic_bw)
+        # all-to-all: each GPU sends nbytes/n to each of the n-1 others at once, each flow at the
+        # bottleneck pair rate (pair_bw: the busiest port's bandwidth over the flows on it), so the
+        # buffer moves at n x pair_bw; send/receive (nccl-tests sendrecv): each GPU sends its buffer
+        # to the next, all at once, the pair that crosses to the next node through one NIC
+        algbw = grp.n * grp.pair_bw if collective == "alltoall" else min(grp.intra_bw, grp.nic_bw)
         time = latency + nbytes / algbw
         return [Plan("p2p", "Simple", latency, algbw, time, nbytes / time * factor)]
     steps, net_steps = STEPS[collective](n), NET_STEPS[collective](grp.nodes)
@@ -182,11 +224,44 @@ def plans(grp: Group, collective: str, nbytes: float) -> list[Plan]:
         algbw = busbw / factor
         time = latency + nbytes / algbw
         out.append(Plan("ring", proto, latency, algbw, time, nbytes / time * factor))
+    if collective == "all_reduce":
+        out += _tree_plans(grp, nbytes, factor, cap)
     if collective == "all_reduce" and grp.nvls > 0:
         latency = HW_LATENCY_US["nvlink"]["nvls"]["Simple"] * 1e-6
         algbw = grp.nvls * n / (n + 1)
         time = latency + nbytes / algbw
         out.append(Plan("nvls", "Simple", latency, algbw, time, nbytes / time * factor))
+    if collective == "all_reduce" and grp.nvls_node > 0 and grp.nodes > 1:
+        steps = max(1, math.floor(math.log2(grp.nodes)))  # tuning.cc log2i(nNodes)
+        latency = (HW_LATENCY_US["nvlink"]["nvls_tree"]["Simple"]
+                   + 2 * steps * HW_LATENCY_US["net"]["nvls_tree"]["Simple"]) * 1e-6
+        algbw = min(grp.nvls_node, grp.heads_bw * (1.0 if grp.nodes <= 2 else 0.5))
+        time = latency + nbytes / algbw
+        out.append(Plan("nvls_tree", "Simple", latency, algbw, time, nbytes / time * factor))
+    return out
+
+
+def _tree_plans(grp: Group, nbytes: float, factor: float, ll_cap: float) -> list[Plan]:
+    """NCCL's tree all-reduce, one plan per protocol (tuning.cc's tree latencies and factors)."""
+    one_node = grp.nodes == 1
+    # the tree graph's bandwidth: its chain on one or two nodes (NCCL lets a 2-node tree's chain run at up to
+    # twice the network's rate, search.cc "increase bwIntra for trees"), the network beyond
+    bw = min(grp.intra_bw, (2.0 if grp.nodes <= 2 else 1.0) * grp.net_bw)
+    depth = max(0, math.floor(math.log2(grp.nodes))) if grp.nodes > 1 else 0
+    out = []
+    for proto in PROTOCOLS:
+        if proto == "LL128" and grp.intra_hw != "nvlink":
+            continue
+        latency = (BASE_LATENCY_US["tree"][proto] + 2 * ((grp.ppn - 1) * HW_LATENCY_US[grp.intra_hw]["tree"][proto]
+                                                         + depth * HW_LATENCY_US["net"]["tree"][proto])) * 1e-6
+        bus = TREE_FACTOR * bw
+        if proto == "LL":
+            bus = min(bus * TREE_LL_FACTOR, ll_cap)
+        elif proto == "LL128":
+            bus *= TREE_LL128_FACTOR[one_node]
+        algbw = bus * TREE_ALGBW_RATIO
+        time = latency + nbytes / algbw
+        out.append(Plan("tree", proto, latency, algbw, time, nbytes / time * factor))
     return out
 
 

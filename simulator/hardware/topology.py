@@ -68,13 +68,14 @@ class NodeLayout:
     nic: LinkParams | None
     nics: int
     nvls: bool
+    shm: LinkParams | None = None  # host-memory staging (NCCL's SHM transport) of a copy without peer access
 
     @classmethod
     def from_spec(cls, node) -> "NodeLayout":
         """From a validated :class:`~simulator.config.models.NodeSpec`."""
         return cls(node.gpus, node.nvlink_domain, node.gpus_per_switch, node.sockets, node.p2p,
                    as_link_params(node.switch_uplink, "switch_uplink"), as_link_params(node.socket_link, "socket_link"),
-                   as_link_params(node.nic, "nic"), node.nics, node.nvls)
+                   as_link_params(node.nic, "nic"), node.nics, node.nvls, as_link_params(getattr(node, "shm", None), "shm"))
 
     def switch(self, local: int) -> int | None:
         """The PCIe switch of a GPU (by its index in the node), None when it sits on a root port."""
@@ -189,7 +190,8 @@ class Topology:
         PCIe link (and its switch's uplink, unless both GPUs share a switch and may talk peer to
         peer), across the socket link where the sockets differ, and down to the destination; and
         between nodes, through each GPU's NIC. A pair that may not talk peer to peer stages
-        through host memory: the same ports, a second copy's latency."""
+        through host memory: the same ports, a second copy's latency, and where the node type
+        states its staging rate (``shm``) the sender's and the receiver's staging ports too."""
         lay = self.layout
         self._check_gpu(src)
         self._check_gpu(dst)
@@ -222,7 +224,11 @@ class Topology:
         if sb is not None:
             hops.append((f"node{ns}.sw{sb}.up.rx", lay.switch_uplink))
         hops.append((f"gpu{dst}.pcie.rx", pcie))
-        return hops, latency if direct else latency + pcie.latency
+        if direct:
+            return hops, latency
+        if lay.shm is not None:
+            hops = [hops[0], (f"gpu{src}.shm.tx", lay.shm), *hops[1:], (f"gpu{dst}.shm.rx", lay.shm)]
+        return hops, latency + pcie.latency
 
     def _flat_hops(self, src_gpu: int, dst_gpu: int) -> tuple[list[tuple[str, LinkParams]], float]:
         """The flat model (no node type): NVLink or PCIe ports at the two GPUs, NICs between nodes."""

@@ -131,6 +131,22 @@ class KVOffloadSummary(_Summary):
     dropped_entries: int
 
 
+class SpeculativeSummary(_Summary):
+    """Speculative decoding over all replicas: draft tokens per step, the per-position acceptance
+    rates, the tokens a verify step is expected to emit under them, the mean it emitted
+    (acceptance length: accepted drafts plus the bonus, capped by the output length), the share of
+    drafts accepted, how many request-steps verified drafts, and the inter-token latency per
+    received chunk (a chunk carries a step's tokens; ``itl_ms`` counts its further tokens as zero gaps)."""
+
+    tokens: int
+    acceptance: list[float]
+    expected_tokens_per_step: float
+    acceptance_length: Optional[float]
+    draft_acceptance_rate: Share
+    verify_steps: int
+    itl_per_chunk_ms: Optional[Percentiles] = None  # gaps between chunks (null when ITL is sketched)
+
+
 class LLMMemory(_Summary):
     weights_gib: float
     activations_gib: float
@@ -179,6 +195,7 @@ class LLMSummary(RunSummary):
     prefix_cache: Optional[PrefixCacheSummary] = None
     disaggregation: Optional[KVTransferSummary] = None
     kv_offload: Optional[KVOffloadSummary] = None
+    speculative: Optional[SpeculativeSummary] = None
     steps: Optional[int] = None
     preemptions: Optional[int] = None
     stages: Optional[list[StageSummary]] = None
@@ -245,3 +262,77 @@ class TokenPipelineSummary(RunSummary):
     slice_time_s: list[float]
     slice_cost_spread: Optional[float]
     utilization: dict[Literal["gpu"], dict[str, Share]]
+
+
+class PipelineStageSummary(_Summary):
+    """One stage of a request pipeline over the completed requests: its resource, how many ran it
+    (the rest were cache hits), its time from ready to end (queue wait included) and its wait for
+    the resource, and the share of requests whose critical path passes through it."""
+
+    resource: str
+    kind: str
+    role: Literal["stage", "prefix"]
+    ran: int
+    cache_hits: int
+    time_ms: Percentiles
+    wait_ms: Percentiles
+    critical: Share
+
+
+class CriticalPath(_Summary):
+    path: str
+    requests: int
+    share: float
+
+
+class PipelineSummary(RunSummary):
+    """A request-pipeline run (``kind: pipeline``). ``breakdown_share``: each stage's share of all
+    completed requests' E2E, charged along each request's critical path (the shares sum to 1; a
+    stage's charge includes its queue wait)."""
+
+    kind: Literal["pipeline"]
+    output_stage: str
+    duration_s: float
+    ttft_ms: Percentiles
+    e2e_ms: Percentiles
+    latency_s: Percentiles
+    throughput: dict[Literal["requests_per_s"], Optional[float]]
+    breakdown_share: dict[str, Share]
+    critical_paths: list[CriticalPath]
+    stages: dict[str, PipelineStageSummary]
+    utilization: dict[str, Share]
+    llm: Optional[dict[str, "PipelineLLMSummary"]] = None
+    dit: Optional[dict[str, "PipelineDiTSummary"]] = None
+
+
+class PipelineLLMSummary(_Summary):
+    """One llm resource of a pipeline: its calls as the serving deployment saw them (arrival at its
+    API server to the client's receipt), with the LLM kind's eight categories and last mile."""
+
+    calls: int
+    calls_completed: int
+    ttft_ms: Optional[Percentiles]
+    tpot_ms: Optional[Percentiles]
+    e2e_ms: Optional[Percentiles]
+    breakdown_share: Optional[dict[str, Share]]
+    last_mile_share: Share
+    prefix_saved_tokens: Optional[int]
+
+    _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
+
+
+
+class PipelineDiTSummary(_Summary):
+    """One dit resource of a pipeline: its images as the DiT deployment saw them (handed to it to
+    delivered), with the DiT kind's nine categories and last mile."""
+
+    calls: int
+    calls_completed: int
+    latency_ms: Percentiles
+    breakdown_share: dict[str, Share]
+    last_mile_share: Share
+
+    _breakdown = field_validator("breakdown_share")(_categories(DIT_CATEGORIES))
+
+
+PipelineSummary.model_rebuild()

@@ -86,6 +86,12 @@ def format_llm(result) -> str:
         pc = s["prefix_cache"]
         lines.append(f"  prefix cache: {_pct(pc['hit_rate'])} of prompt tokens hit ({_pct(pc['block_hit_rate'])} of "
                      f"blocks), {pc['saved_prefill_tokens']:,} prefill tokens saved, {pc['evicted_units']:,} evictions")
+    if s.get("speculative"):
+        sp = s["speculative"]
+        lines.append(f"  speculative: {sp['tokens']} draft tokens/step, {_n(sp['acceptance_length'], '.2f')} tokens per "
+                     f"verify step (expected {sp['expected_tokens_per_step']:.2f}), {_pct(sp['draft_acceptance_rate'])} "
+                     "of drafts accepted; ITL per chunk "
+                     f"{_n((sp.get('itl_per_chunk_ms') or {}).get('mean'), '.2f')} ms mean")
     lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
 

@@ -303,18 +303,26 @@ class LLMCostModel:
         self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
 
     def attention_time(self, decode_context: float, decode_requests: int,
-                       prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float) -> float:
+                       prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float,
+                       decode_queries: int = 1) -> float:
         """Attention of one stage's layers.
 
         ``decode_context``: sum of context lengths of decoding requests; ``prefill_pairs``:
         sum over prefill chunks of n*(p + (n+1)/2), the causal query-key pairs;
         ``prefill_kv_tokens``: sum of p + n (keys read); ``prefill_tokens``: sum of n.
+        ``decode_queries``: query tokens per decoding request (k + 1 when it verifies k drafts:
+        each reads its context's K/V once, as the decode kernel does for a multi-token query, and
+        does that many times the query-key work).
         """
         flop, kv_byte, q_byte, floor, gap = self._attn
         t = 0.0
         if decode_requests:
             d_kv, d_q, d_fixed = self._decode_attn
-            t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q, floor) + d_fixed
+            if decode_queries == 1:
+                t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q, floor) + d_fixed
+            else:
+                q = decode_queries
+                t += max(decode_context * q * flop, decode_context * d_kv + decode_requests * q * d_q, floor) + d_fixed
         if prefill_tokens:
             t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte, floor) + gap
         return self.layers_per_stage * t
@@ -355,19 +363,22 @@ class LLMCostModel:
         return t
 
     def step(self, decode_context: float, decode_requests: int, prefill_chunks=(),
-             sampled: int | None = None) -> StepCost:
+             sampled: int | None = None, decode_queries: int = 1) -> StepCost:
         """Time of one engine step.
 
         ``prefill_chunks`` is a sequence of (cached tokens p, new tokens n); ``sampled`` is how
-        many sequences get logits (default: every decode and every chunk).
+        many sequences get logits (default: every decode and every chunk); ``decode_queries``:
+        tokens each decoding request feeds (k + 1 in a speculative verify step; its
+        ``decode_context`` then sums each request's context including them).
         """
         n_new = pairs = kv = 0
         for p, n in prefill_chunks:
             n_new += n
             pairs += n * (p + (n + 1) / 2)
             kv += p + n
-        tokens = decode_requests + n_new
-        stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new)
+        tokens = decode_requests * decode_queries + n_new if decode_queries != 1 else decode_requests + n_new
+        stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new,
+                                                               decode_queries)
         if sampled is None:
             sampled = decode_requests + len(prefill_chunks)
         return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))

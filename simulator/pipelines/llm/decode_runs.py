@@ -9,7 +9,8 @@ times with the same arithmetic, in the same order, as the step-by-step engine (a
 over the steps' time chain; numpy over the requests), records them as that engine would, and lets
 the engine sleep until the run's last step is done. Eligible only where that reasoning holds —
 synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
-workload, a GPU with no step communication, no CPU-core contention — anything else takes the
+workload, a GPU with no step communication, no CPU-core contention, no speculative decoding (a
+step's tokens per request are random draws) — anything else takes the
 step-by-step path, and a test compares both on real traces. With spans recorded, a run records the
 same spans in the same order.
 """
@@ -40,7 +41,7 @@ class DecodeRuns:
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
                 and sv.api_server_process == "own" and not cpu.has_ipc
-                and sv.multi_step == 1 and engine.sched.cache is None)
+                and sv.multi_step == 1 and engine.sched.cache is None and engine.spec is None)
 
     def run(self) -> float | None:
         """Commit the longest decode run that can start now; returns when its last step's output

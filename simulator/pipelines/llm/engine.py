@@ -54,6 +54,9 @@ class Step:
     g0: float | None = None
     g1: float | None = None
     d1: float | None = None
+    accepted: np.ndarray | None = None  # with speculative decoding: each decode's accepted drafts
+    emitted: np.ndarray | None = None  # tokens each emitting request got, where one may get several
+    register: list | None = None  # prefix units to cache once processed (prefix_cache_insert: after_step)
 
 
 @dataclass
@@ -152,11 +155,17 @@ class Engine:
         self.closed_form = self.links.d2h_booked and not self.links.has_comm
         self._wake = None
         self.runs = None  # a DecodeRuns when this engine may step decode runs in closed form
+        self.spec = None  # a SpecDecoder with speculative decoding (set with :meth:`speculate`)
         # GPU idle between consecutive steps while the engine had work (not after an idle wait)
         self.gap_sum, self.gap_steps, self.gap_max = 0.0, 0, 0.0
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
         env.process(OVERLAP_MODES[settings.overlap](self))
+
+    def speculate(self, spec) -> None:
+        """Run speculative decoding with ``spec`` (a SpecDecoder): decodes verify its drafts."""
+        self.spec = spec
+        self.sched.lookahead = spec.k
 
     def enqueue(self, rid: int) -> None:
         """A tokenized request reaches this engine (as a message, where its API server is another process)."""
@@ -189,6 +198,8 @@ class Engine:
         # scheduling, then input preparation (building the input tensors, their H2D copy)
         sched = (cpu.schedule_per_step + cpu.schedule_per_request * batch
                  + cpu.prepare_per_step + cpu.prepare_per_request * batch)
+        if self.spec is not None and len(plan.decode):  # a CPU proposer's drafts for this step
+            sched += self.spec.proposer.cpu_time(plan.comp + 1, self.spec.k)
         return self._start(plan, sched)
 
     def launch_run(self) -> list:
@@ -229,8 +240,21 @@ class Engine:
             # a prefill replica's computed prompts leave the running set at once (their KV stays
             # until it is sent), so no later step decodes them here
             self.sched.leave(np.array(completes, dtype=np.int64))
-        step_cost = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (), sampled)
-        t.computed[decode] = comp + 1
+        spec, accepted = self.spec, None
+        if spec is None:
+            compute = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (),
+                                     sampled).compute
+            t.computed[decode] = comp + 1
+            tokens = len(decode) + new_tokens
+        else:
+            # every decode verifies its k drafts: k + 1 tokens through the target, logits for each
+            accepted = spec.draw(len(decode))
+            verified = len(decode) * (spec.k + 1)
+            compute = spec.step_time(self.cost, comp, [(p, n) for _, p, n in chunks], sampled, verified
+                                     + len(completes))
+            t.computed[decode] = comp + 1 + accepted
+            tokens = verified + new_tokens
+            sampled = verified + len(completes)  # every verified position's id is copied to the host
         for rid, p, n in chunks:
             t.computed[rid] = p + n
         nan = float("nan")
@@ -238,17 +262,24 @@ class Engine:
                                   decode=len(decode), prefill_tokens=new_tokens)
         used = self.sched.kv_total - self.sched.kv_free
         self.kv_peak = max(self.kv_peak, used)
+        if accepted is not None and len(decode):
+            # the rejected drafts' slots are free again once the step has verified them
+            bs = self.sv.block_size
+            keep = -(-t.computed[decode] // bs)
+            self.sched.kv_free += int((t.blocks[decode] - keep).sum())
+            t.blocks[decode] = keep
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
-                    f"step {index} ({len(decode)}d+{new_tokens}p)", used)
+                    f"step {index} ({len(decode)}d+{new_tokens}p)", used, accepted=accepted)
+        if self.sched.to_register:
+            step.register, self.sched.to_register = self.sched.to_register, []
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
         if self.closed_form and (prev is None or prev.g1 is not None):
-            self._gpu_closed_form(step, a1, launched, step_cost.compute, sampled, category)
+            self._gpu_closed_form(step, a1, launched, compute, sampled, category)
         else:
             step.done = env.event()
-            env.process(self._run_gpu(step, prev, a1, launched, step_cost.compute,
-                                      len(decode) + new_tokens, sampled, category))
+            env.process(self._run_gpu(step, prev, a1, launched, compute, tokens, sampled, category))
         return step
 
     def _run_gpu(self, step: Step, prev: Step | None, a1: float, launched: float, compute: float,
@@ -319,6 +350,8 @@ class Engine:
         done mask or None if nobody finished).
         """
         t, sv = self.table, self.sv
+        if step.register:
+            self.sched.register_computed(step.register)
         if self.handoff is not None:  # a prefill replica: computed prompts left for the decode pool
             self.outstanding -= len(step.completes)
             return _EMPTY, None, None, None
@@ -328,12 +361,23 @@ class Engine:
             prefill_flag[len(step.decode):] = 1
         else:
             emit, prefill_flag = step.decode, None
+        add = None
+        if step.accepted is not None:  # a verified decode emits its accepted drafts and the bonus token
+            add = np.ones(len(emit), dtype=np.int64)
+            add[:len(step.decode)] = step.accepted + 1
         if sv.overlap != "sync" or sv.multi_step > 1:  # a finished request may sit in later steps
             live = ~t.finished[emit]
             if not live.all():
                 emit = emit[live]
                 prefill_flag = None if prefill_flag is None else prefill_flag[live]
-        gen = t.generated[emit] + 1
+                add = None if add is None else add[live]
+        if add is None:
+            gen = t.generated[emit] + 1
+        else:  # ... never beyond the request's output length
+            gen = np.minimum(t.generated[emit] + add, t.output[emit])
+            emitted = step.emitted = gen - t.generated[emit]
+            verified = (prefill_flag == 0) if prefill_flag is not None else slice(None)
+            self.spec.record(add[verified] - 1, emitted[verified])
         t.generated[emit] = gen
         done = gen >= t.output[emit]
         send = None if sv.stream_interval == 1 else done | (gen == 1) | (gen - t.sent[emit] >= sv.stream_interval)
@@ -345,6 +389,11 @@ class Engine:
         else:
             done = None
         return emit, send, prefill_flag, done
+
+    @staticmethod
+    def tokens_of(step: Step, emit) -> int:
+        """Tokens a step's outputs carry: one per emitting request, or as many as each emitted."""
+        return len(emit) if step.emitted is None else int(step.emitted.sum())
 
     def output_work(self, n_tokens: int, send) -> float:
         """CPU seconds to detokenize ``n_tokens`` and build the outputs of the chunks that ``send``

@@ -129,6 +129,12 @@ class Frontend:
             return [len(emit)]
         return np.bincount(self.table.api[emit], minlength=len(self.servers)).tolist()
 
+    def _token_counts(self, emit, emitted) -> list[int]:
+        """Tokens per API server of a step whose requests emitted ``emitted`` tokens each."""
+        if len(self.servers) == 1:
+            return [int(emitted.sum())]
+        return np.bincount(self.table.api[emit], weights=emitted, minlength=len(self.servers)).astype(int).tolist()
+
     def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
         """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
         (label, seconds) tasks — there: receiving the outputs, detokenizing them.
@@ -175,18 +181,20 @@ class Frontend:
         serialized, _ = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         self._deliver(step, emit, send, prefill_flag, done, e, serialized)
 
-    def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float) -> None:
+    def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float, emitted=None) -> None:
         """vLLM V1 layout: each API server receives its requests' sampled ids, detokenizes them,
-        builds their outputs and streams."""
+        builds their outputs and streams (``emitted``: tokens per request where one may emit
+        several, as with speculative decoding; None: one each)."""
         t, c = self.table, self.cpu
         per_chunk = c.output_per_request + c.stream_per_chunk
         counts = self._counts(emit)
         receive = self._receive(counts)
+        tokens = counts if emitted is None else self._token_counts(emit, emitted)
         lead = {}
         for j, n in enumerate(counts):
             if n:
                 lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
-                    ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(n))]
+                    ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]))]
         sent_ids = emit if send is None else emit[send]
         serialized, starts = self._serialize(sent_ids, now, per_chunk, lead)
         e_tok = np.empty(len(emit))

@@ -25,7 +25,7 @@ class InEngine:
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         env = engine.env
-        _, end = engine.proc.submit(at, engine.output_work(len(emit), send), "detokenize")
+        _, end = engine.proc.submit(at, engine.output_work(engine.tokens_of(step, emit), send), "detokenize")
         sent = engine.send_outputs(engine.proc, end, emit)
         if wait:  # the engine's loop goes on once the outputs are off its hands
             if sent > env.now:
@@ -41,15 +41,16 @@ class SeparateProcess:
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         sent = book(engine.proc, at, message_cost(engine.cpu, len(emit)), "send outputs")
-        engine.later(sent, lambda: SeparateProcess._detokenize(engine, step.index, emit, send, prefill_flag, done))
+        engine.later(sent, lambda: SeparateProcess._detokenize(engine, step.index, emit, send, prefill_flag, done,
+                                                               engine.tokens_of(step, emit)))
         return
         yield  # a generator, like the other placements
 
     @staticmethod
-    def _detokenize(engine, index: int, emit, send, prefill_flag, done) -> None:
+    def _detokenize(engine, index: int, emit, send, prefill_flag, done, tokens: int) -> None:
         now, proc = engine.env.now, engine.detok_proc
         book(proc, now, message_cost(engine.cpu, len(emit)), "detokenizer receive")
-        _, e = proc.submit(now, engine.output_work(len(emit), send), "detokenize")
+        _, e = proc.submit(now, engine.output_work(tokens, send), "detokenize")
         sent = engine.send_outputs(proc, e, emit)
         engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, e))
 
@@ -61,7 +62,7 @@ class InApiServers:
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         sent = engine.send_outputs(engine.proc, at, emit)
         engine.later(sent, lambda: engine.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
-                                                                  engine.env.now))
+                                                                  engine.env.now, step.emitted))
         return
         yield  # a generator, like the other placements
 

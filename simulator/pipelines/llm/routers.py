@@ -87,6 +87,70 @@ class PrefixAffinity:
         return best if units and best_n / units >= self.CACHE_THRESHOLD else least
 
 
+class CacheAwareTree:
+    """SGLang's router with its ``cache_aware`` policy as the router's code runs it (sgl-router,
+    github.com/sgl-project/sglang at commit 00b08c4, ``sgl-router/src/router.rs``, ``Router::CacheAware``
+    and ``select_generate_worker_from_text``; the router of the SGLang v0.4 blog): it keeps an
+    approximate radix tree per worker of the prompts *it routed* (the whole prompt is inserted for
+    the chosen worker at routing time, "eliminating the need for direct cache state queries"), so
+    a burst of requests sharing a prefix follows the first one even before any replica has computed
+    it. While loads are balanced, a prompt whose longest match in any worker's tree exceeds
+    ``CACHE_THRESHOLD`` of it goes to that worker, otherwise to the worker with the smallest tree;
+    when the most and least loaded workers (requests routed and not finished) differ by more than
+    ``BALANCE_ABS`` and ``BALANCE_REL`` times, to the least loaded. Defaults of that router
+    (``py_src/sglang_router/launch_router.py`` RouterArgs: cache_threshold 0.5, balance_abs_threshold
+    32, balance_rel_threshold 1.0001). Its periodic LRU eviction of the trees (``max_tree_size``
+    2^24 nodes every 60 s) is not modelled: the trees only grow. :class:`PrefixAffinity` is the
+    variant that reads the replicas' own caches instead."""
+
+    CACHE_THRESHOLD = 0.5
+    BALANCE_ABS = 32
+    BALANCE_REL = 1.0001
+
+    def __init__(self, table):
+        if table.prefix is None:
+            raise ConfigError("router cache_aware needs prompts with prefix identity (a Mooncake .jsonl trace, "
+                              "workload.prefix or workload.sessions)", path="serving.router")
+        self.prefix = table.prefix
+        self.prompt = table.prompt
+        self.trees: list[set[int]] | None = None  # per worker: prefix ids of the prompts routed to it
+        self.sizes: list[int] = []  # per worker: tokens its tree holds
+
+    def _match(self, tree: set[int], ids) -> int:
+        n = 0
+        for key in ids:
+            if key not in tree:
+                break
+            n += 1
+        return n
+
+    def pick(self, engines, rid: int) -> int:
+        if self.trees is None:
+            self.trees = [set() for _ in engines]
+            self.sizes = [0] * len(engines)
+        loads = [e.outstanding for e in engines]
+        hi, lo = max(loads), min(loads)
+        ids = self.prefix.of(rid).tolist()
+        prompt = int(self.prompt[rid])
+        unit = self.prefix.unit
+        if hi - lo > self.BALANCE_ABS and hi > self.BALANCE_REL * lo:
+            k = min(range(len(engines)), key=lambda i: (loads[i], i))
+        else:
+            matches = [self._match(tree, ids) for tree in self.trees]
+            best = max(range(len(engines)), key=lambda i: (matches[i], -i))
+            matched = min(matches[best] * unit, prompt)
+            if prompt and matched / prompt > self.CACHE_THRESHOLD:
+                k = best
+            else:
+                k = min(range(len(engines)), key=lambda i: (self.sizes[i], i))
+        tree = self.trees[k]
+        for i, key in enumerate(ids):
+            if key not in tree:
+                tree.add(key)
+                self.sizes[k] += min(unit, prompt - i * unit)
+        return k
+
+
 class SessionAffinity:
     """Every turn of a session to the same replica, by a hash of the session id (consistent
     hashing on a session header, as the vLLM production-stack router's ``session`` routing and the
@@ -103,5 +167,5 @@ class SessionAffinity:
 
 
 ROUTERS = {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding, "least_kv": LeastKVLoad,
-           "prefix_affinity": PrefixAffinity, "session_affinity": SessionAffinity}
+           "prefix_affinity": PrefixAffinity, "cache_aware": CacheAwareTree, "session_affinity": SessionAffinity}
 """``serving.router`` -> the router class."""

@@ -83,10 +83,16 @@ class Scheduler:
         # waiting out of the queue (``loading``) while the copy runs.
         self.offload = offload
         self.loading: set[int] = set()
+        self.to_register: list[tuple[int, int]] = []  # with prefix_cache_insert after_step: this step's units
         if offload is not None and cache is not None:
             cache.on_evict = offload.unit_evicted
             if offload.write_through:
                 cache.on_register = offload.unit_evicted
+        # With speculative decoding, a decode carries ``lookahead`` draft tokens besides its own:
+        # it takes 1 + lookahead tokens of the budget and KV blocks for them (vLLM V1's scheduler
+        # schedules ``1 + len(spec_token_ids)`` tokens per running request and allocates slots for
+        # them, vllm/v1/core/sched/scheduler.py ``schedule``); the engine frees the rejected ones' blocks.
+        self.lookahead = 0
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self._run_arr: np.ndarray | None = None
@@ -110,9 +116,14 @@ class Scheduler:
             if plan is not None:
                 return plan
         want = np.maximum(t.target[run] - comp, 1)
+        la = self.lookahead
+        if la:
+            want = np.where(t.target[run] <= comp, 1 + la, want)
         if threshold > 0:
             np.minimum(want, threshold, out=want)
         take = np.minimum(want, budget - (np.cumsum(want) - want))
+        if la:  # a decode the budget cannot give all its draft tokens sits the step out
+            take[(t.target[run] <= comp) & (take < 1 + la)] = 0
         k = int(np.count_nonzero(take > 0))  # the budget reaches a prefix of the running list
         ids, comp, take = run[:k], comp[:k], take[:k]
         need = -(-(comp + take) // sv.block_size) - t.blocks[ids]
@@ -135,7 +146,7 @@ class Scheduler:
             t.blocks[ids[is_decode]] += need[is_decode]
         decode = ids if is_decode.all() else ids[is_decode]
         dcomp = comp if len(decode) == len(ids) else comp[is_decode]
-        budget -= len(decode)
+        budget -= len(decode) * (1 + la) if la else len(decode)
         chunks: list[tuple[int, int, int]] = []
         if len(decode) != len(ids):
             # A partial prefill whose chunk finds no free blocks sits the step out, keeping its
@@ -154,17 +165,24 @@ class Scheduler:
     def _decodes_only(self, run: np.ndarray, comp: np.ndarray, budget: int) -> Batch | None:
         """Step 1 when every running request decodes and their blocks fit (the common step): the
         same outcome as the general rule in a few array operations; None when it must preempt."""
-        t, bs = self.table, self.sv.block_size
-        k = min(len(run), budget)
-        ids, comp = run[:k], comp[:k]
-        need = (comp + bs) // bs - t.blocks[ids]  # blocks covering computed + 1 tokens
+        t, bs, la = self.table, self.sv.block_size, self.lookahead
+        if la:
+            k = min(len(run), budget // (1 + la))
+            ids, comp = run[:k], comp[:k]
+            need = (comp + la + bs) // bs - t.blocks[ids]  # blocks covering computed + 1 + lookahead tokens
+            used = k * (1 + la)
+        else:
+            k = min(len(run), budget)
+            ids, comp = run[:k], comp[:k]
+            need = (comp + bs) // bs - t.blocks[ids]  # blocks covering computed + 1 tokens
+            used = k
         total = int(need.sum())
         if not self._fits(total):
             return None
         if total:
             self.kv_free -= total
             t.blocks[ids] += need
-        return self._admit(ids, comp, [], budget - k, False)
+        return self._admit(ids, comp, [], budget - used, False)
 
     def _admit(self, decode: np.ndarray, dcomp: np.ndarray, chunks: list, budget: int,
                preempted: bool) -> Batch | None:
@@ -276,7 +294,25 @@ class Scheduler:
         self.offload.load(rid, nbytes, loaded)
 
     def _register(self, rid: int, covered: int) -> None:
-        """Units of the prompt that the request's KV covers once this step is computed join the cache."""
+        """Units of the prompt that the request's KV covers once this step is computed join the cache:
+        now (``prefix_cache_insert: allocate``, vLLM V1 caches blocks as it allocates them), or once
+        the step's results are processed (``after_step``: SGLang's ``process_batch_result_prefill``
+        calls ``tree_cache.cache_unfinished_req`` after the forward, so requests of one batch do not
+        hit each other's prefixes); then the engine calls :meth:`register_computed`."""
+        if self.sv.prefix_cache_insert == "after_step":
+            self.to_register.append((rid, covered))
+            return
+        self._insert(rid, covered)
+
+    def register_computed(self, pairs: list) -> None:
+        """A processed step's (request, tokens covered) pairs join the cache, for requests that still
+        hold that KV (one preempted since has dropped it)."""
+        t = self.table
+        for rid, covered in pairs:
+            if t.computed[rid] >= covered and t.blocks[rid] > 0:
+                self._insert(rid, covered)
+
+    def _insert(self, rid: int, covered: int) -> None:
         moved = self.cache.register(rid, covered, int(self.table.prompt[rid]))
         if moved:
             self.shared[rid] = self.shared.get(rid, 0) + moved

@@ -33,6 +33,7 @@ from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
 from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
+from .speculative import SPEC_METHODS, SpecDecoder, merged_stats as spec_stats
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
@@ -71,6 +72,11 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit."""
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
+    kv_token = cost.kv_bytes_per_token_per_gpu()
+    if sv.speculative is not None:  # the drafter's weights and KV cache share the GPUs' memory
+        drafter_weights, drafter_kv = SPEC_METHODS[sv.speculative.method].build(scenario, cost).memory()
+        weights += drafter_weights
+        kv_token += drafter_kv
     act = cost.peak_activation_bytes(sv.max_batched_tokens, sv.max_batch)
     act_logits = cost.peak_activation_bytes(0, sv.max_batch)
     act_tokens = act - act_logits
@@ -87,7 +93,7 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
         key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
         raise DoesNotFit(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
                          f"lower {key}, raise parallel.tp, or use a larger GPU", key, memory)
-    per_block = cost.kv_bytes_per_token_per_gpu() * sv.block_size
+    per_block = kv_token * sv.block_size
     return int(kv_bytes // per_block), memory
 
 
@@ -312,6 +318,13 @@ class ServingSystem:
         tiers = offload_stats(e.sched.offload.tier for e in self.engines if e.sched.offload is not None)
         if tiers is not None:
             result.summary["kv_offload"] = tiers
+        spec = spec_stats(e.spec for e in self.engines)
+        if spec is not None:
+            # a chunk carries a step's accepted tokens: the gaps between chunks (what vllm bench
+            # serve's ITL measures; itl_ms counts a chunk's further tokens as zero gaps)
+            gaps = result.itl
+            spec["itl_per_chunk_ms"] = stats_of(gaps[gaps > 0], 1e3) if gaps is not None else None
+            result.summary["speculative"] = spec
         _assess(result.summary, scenario, table, cut)
         return result
 
@@ -358,6 +371,8 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
         for k in range(q.first_replica, q.first_replica + q.replicas):
             engine = Engine(env, k, settings, table, q.cost, q.kv_blocks, replicas[k], frontend, records, cache,
                             _offloader(env, sv, topo, q, replicas[k].first_gpu))
+            if sv.speculative is not None:
+                engine.speculate(SpecDecoder.from_scenario(q.scenario, q.cost, k))
             system.engines.append(engine)
             by_role.setdefault(q.role, []).append(engine)
     frontend.engines.extend(by_role.get("both") or by_role["prefill"])

@@ -32,13 +32,14 @@ class EngineSettings:
     api_server_process: str = "own"
     multi_step: int = 1
     long_prefill_token_threshold: int = LONG_PREFILL_TOKEN_THRESHOLD
+    prefix_cache_insert: str = "allocate"
 
     @classmethod
     def from_scenario(cls, scenario) -> "EngineSettings":
         sv = scenario.serving
         return cls(sv.max_batch, sv.max_batched_tokens, sv.block_size, sv.chunked_prefill, sv.overlap,
                    sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs, scenario.hardware.cpu,
-                   sv.api_server_process, sv.multi_step)
+                   sv.api_server_process, sv.multi_step, prefix_cache_insert=sv.prefix_cache_insert)
 
     @property
     def outputs_cross_to_api(self) -> bool:
