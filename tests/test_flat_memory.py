@@ -78,6 +78,7 @@ def _retiring(monkeypatch):
     {"workload.requests": 300, "workload.rate": "20/s", "serving.gpu_memory_utilization": 0.2,
      "max_sim_time": "30 s"},  # preemptions, and requests cut short at the end
     {"workload.requests": 400, "serving.overlap": "async", "serving.stream_interval": 3},
+    {"workload.requests": 400, "parallel.replicas": 2, "serving.multi_step": 8},  # steps of two engines
 ])
 def test_retiring_requests_while_running_changes_no_result(monkeypatch, overrides):
     monkeypatch.setattr(ledger, "FOLD_ROWS", 2048)  # fold (and retire) often, in both runs

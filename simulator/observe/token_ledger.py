@@ -43,10 +43,11 @@ FOLD_SLICE = 1 << 14
 SKETCH_GAPS = 1 << 18
 """Gaps held before the done requests' go into the sketch, once the run keeps them there (3 MB)."""
 
-RETIRE_LAG = 1 << 14
-"""Steps made between a request being seen done and its retirement from memory (far more than any
-step launched before it finished can take to be processed: multi-step runs 64 at most, and a
-decode run 256 at once, in each of up to 64 replicas)."""
+RETIRE_LAG = 1 << 12
+"""Steps per engine replica made between a request being seen done and its retirement from memory:
+far more than a step launched before it finished can take to be processed (multi-step runs 64 at
+most, async overlap one ahead, a decode run 256 at once), with the replicas its requests went to
+making steps in turn (all replicas' steps share one count)."""
 
 RESULT_COLUMNS = {"api": "i4", "replica": "i4", "tok_start": "f8", "tok_end": "f8", "first_R": "f8",
                   "last_R": "f8", "preemptions": "i4", "finished": "?", "seen": "?", "zeros": "i8",
@@ -91,6 +92,7 @@ class TokenLedger:
         self.store = RequestStore(RESULT_COLUMNS)
         self.retired = 0  # requests below this id are in the store and out of memory
         self._marks: deque = deque()  # (steps made, requests done below this id) at each fold
+        self._replicas = 1  # replicas the requests not yet retired went to (the lag scales with them)
 
     def extend(self, n: int, **row) -> None:
         """Take ``n`` rows (scalars broadcast, arrays of length n), as ``Columns.extend`` takes them."""
@@ -163,18 +165,19 @@ class TokenLedger:
     # -- requests retire as they are done --------------------------------------------------------
 
     def _retire_done(self) -> None:
-        """Retire the requests done so far, in id order, ``RETIRE_LAG`` steps after they were seen
-        done (a done request may still sit in a step launched before it finished: async overlap,
-        multi-step; every such step is processed long before that many more are made)."""
+        """Retire the requests done so far, in id order, ``RETIRE_LAG`` steps per replica after they
+        were seen done (a done request may still sit in a step launched before it finished: async
+        overlap, multi-step; every such step is processed long before that many more are made)."""
         t, w = self.table, self.table.window
         lo, hi = self.retired, w.prepared
         if hi > lo:
+            self._replicas = max(self._replicas, int(t.replica[lo:hi].max()) + 1)
             complete = t.finished[lo:hi] & (t.sent[lo:hi] >= t.output[lo:hi])
             first_open = lo + (int(np.argmin(complete)) if not complete.all() else hi - lo)
             if not self._marks or first_open > self._marks[-1][1]:
                 self._marks.append((self.steps.size, first_open))
         upto = None
-        while self._marks and self._marks[0][0] <= self.steps.size - RETIRE_LAG:
+        while self._marks and self._marks[0][0] <= self.steps.size - RETIRE_LAG * self._replicas:
             upto = self._marks.popleft()[1]
         if upto is not None and upto > self.retired:
             self._retire(self.retired, upto)

@@ -24,8 +24,8 @@ import simpy
 
 from ...hardware.cpu import CPUProcess, book
 from ...observe.columns import Columns
-from ...observe.paged import CHUNK, Arrivals, Window
 from ...observe.llm_metrics import EngineStats
+from ...observe.paged import CHUNK, Arrivals, Window
 from ...observe.records import PREFILL_ONLY
 from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
