@@ -1,20 +1,17 @@
 """Span recorder: what ran where and when, for utilization, breakdowns and the Perfetto trace.
 
-Spans go to disk as they are produced: every ``SPILL_SPANS`` of them, the recorder writes them to a
-file in a temporary folder (``tempfile``'s, so ``TMPDIR`` chooses where), one segment per track, and
-keeps only an index of the segments (each: the spans' starts, ends and places in the recording
+Spans go to disk as they are produced: every ``SPILL_SPANS`` of them, the recorder writes them to an
+anonymous temporary file (``tempfile``'s, so ``TMPDIR`` chooses where; it has no name, so nothing is
+left behind however the process ends), one segment per track, and keeps only an index of the segments (each: the spans' starts, ends and places in the recording
 order, then their names and categories). The trace is written from there a track at a time
 (:meth:`SpanRecorder.track`), and the spans frame is read back only when asked for
-(:meth:`SpanRecorder.frame`). The folder is removed when the recorder is garbage-collected or the
-interpreter exits.
+(:meth:`SpanRecorder.frame`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,7 +45,7 @@ class SpanRecorder:
     busy: dict = field(default_factory=dict)
     segments: list = field(default_factory=list, repr=False)
     count: int = 0  # spans recorded, in the file and in the lists
-    path: str | None = None  # the file, once spans were written to it (opened only to write or read)
+    _file: object = field(default=None, repr=False)  # the file, once spans were written to it
 
     def add(self, track: str, name: str, start: float, end: float, category: str = "") -> None:
         """Record one span; busy time accrues even when detailed spans are disabled."""
@@ -78,12 +75,10 @@ class SpanRecorder:
         """Write the spans held in the lists to the file, a segment per track, and empty the lists."""
         if not self.track:
             return
-        if self.path is None:
-            folder = tempfile.mkdtemp(prefix="lastmile-spans-")
-            self.path = os.path.join(folder, "spans.bin")
-            weakref.finalize(self, shutil.rmtree, folder, True)
-        with open(self.path, "ab") as fh:
-            self._write(fh)
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="lastmile-spans-")
+        self._file.seek(0, os.SEEK_END)
+        self._write(self._file)
 
     def _write(self, fh) -> None:
         start, end = np.array(self.start, dtype=float), np.array(self.end, dtype=float)
@@ -96,10 +91,7 @@ class SpanRecorder:
             sel = np.array(idx)
             blob = (_SEP.join([names[i] for i in idx]) + _SEP + _SEP.join([cats[i] for i in idx])).encode()
             offset = fh.tell()
-            start[sel].tofile(fh)
-            end[sel].tofile(fh)
-            seq[sel].tofile(fh)
-            fh.write(blob)
+            fh.write(start[sel].tobytes() + end[sel].tobytes() + seq[sel].tobytes() + blob)
             self.segments.append((track, offset, len(idx), len(blob)))
         for column in (self.track, self.name, self.start, self.end, self.category):
             column.clear()
@@ -114,8 +106,8 @@ class SpanRecorder:
         starts, ends, name_parts, cat_parts = [], [], [], []
         mine = [s for s in self.segments if s[0] == track]
         if mine:
-            with open(self.path, "rb") as fh:
-                self._read(fh, mine, names, starts, ends, name_parts, cat_parts)
+            self._file.flush()
+            self._read(self._file, mine, names, starts, ends, name_parts, cat_parts)
         idx = [i for i, t in enumerate(self.track) if t == track]
         if idx:
             starts.append(np.array([self.start[i] for i in idx], dtype=float))
@@ -133,8 +125,8 @@ class SpanRecorder:
     def _read(fh, segments, names, starts, ends, name_parts, cat_parts) -> None:
         for _, offset, n, size in segments:
             fh.seek(offset)
-            starts.append(np.fromfile(fh, dtype=float, count=n))
-            ends.append(np.fromfile(fh, dtype=float, count=n))
+            starts.append(np.frombuffer(fh.read(8 * n), dtype=float))
+            ends.append(np.frombuffer(fh.read(8 * n), dtype=float))
             if names:
                 fh.seek(offset + 24 * n)
                 parts = fh.read(size).decode().split(_SEP)
@@ -160,11 +152,12 @@ class SpanRecorder:
     def _seq(self, track: str) -> np.ndarray:
         """The recording order of one track's spans (their places among all spans)."""
         parts = []
-        with open(self.path, "rb") as fh:
-            for t, offset, n, _ in self.segments:
-                if t == track:
-                    fh.seek(offset + 16 * n)
-                    parts.append(np.fromfile(fh, dtype=np.int64, count=n))
+        fh = self._file
+        fh.flush()
+        for t, offset, n, _ in self.segments:
+            if t == track:
+                fh.seek(offset + 16 * n)
+                parts.append(np.frombuffer(fh.read(8 * n), dtype=np.int64))
         base = self.count - len(self.track)
         parts.append(np.array([base + i for i, t in enumerate(self.track) if t == track], dtype=np.int64))
         return np.concatenate(parts)
