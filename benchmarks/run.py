@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py                        # `make bench`: the 10k-request scenario, spans off and on
     .venv/bin/python benchmarks/run.py --series               # `make bench-series`: 1k, 10k, 100k, 1M requests
     .venv/bin/python benchmarks/run.py --series --max-requests 100000 --repeats 1
+    .venv/bin/python benchmarks/run.py --series --min-requests 1000000 --repeats 1   # the 1M row alone
 
 What it measures, in one invocation:
 
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--series", action="store_true",
                     help=f"run at {', '.join(f'{n:,}' for n in SERIES)} requests (spans off)")
     ap.add_argument("--max-requests", type=int, default=None, help="series: stop after this many requests")
+    ap.add_argument("--min-requests", type=int, default=None, help="series: start at this many requests")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the median is reported (default 3)")
     ap.add_argument("--record", action="store_true",
                     help=f"also append the records to the tracked {TRACKED} (to commit a measurement)")
@@ -233,9 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     if args.series:
-        sizes = [n for n in SERIES if args.max_requests is None or n <= args.max_requests]
+        sizes = [n for n in SERIES if (args.max_requests is None or n <= args.max_requests)
+                 and (args.min_requests is None or n >= args.min_requests)]
         if not sizes:
-            ap.error(f"--max-requests {args.max_requests} is below the smallest size, {SERIES[0]:,}")
+            ap.error(f"no size of the series ({', '.join(f'{n:,}' for n in SERIES)}) is within "
+                     "--min-requests and --max-requests")
         spans_modes = [False]
     else:
         sizes, spans_modes = [None], [False, True]

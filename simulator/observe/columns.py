@@ -50,6 +50,10 @@ class Columns:
     def __getitem__(self, key: str) -> np.ndarray:
         return self._data[key][: self.size]
 
+    def drop(self, key: str) -> None:
+        """Free a column that is no longer read."""
+        del self._data[key]
+
     def set(self, key: str, index: int, value) -> None:
         """Overwrite one earlier row's value."""
         self._data[key][index] = value

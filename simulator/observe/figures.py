@@ -158,16 +158,54 @@ def _busiest_tracks(sp: pd.DataFrame, lo: float, hi: float) -> list[str]:
     return [t for t in gpus + sorted(others, key=lambda t: (t.startswith("cpu:"), t)) if t in keep]
 
 
+def _recorded_window(rec, n: int = TIMELINE_SLICES) -> tuple[float, float] | None:
+    """:func:`timeline_window` of an LLM run's recorder (spans on disk), a track at a time: ``n``
+    consecutive slices from the middle of the busiest GPU track."""
+    tracks = rec.tracks()
+    if not tracks:
+        return None
+    base = [t for t in tracks if ":" not in t] or tracks
+    counts = {t: len(rec.track_spans(t, names=False)[0]) for t in base}
+    track = max(base, key=lambda t: (counts[t], [-ord(c) for c in t]))
+    start, end, _, _ = rec.track_spans(track, names=False)
+    order = np.argsort(start, kind="stable")
+    k = max(0, len(order) // 2 - n // 2)
+    part = order[k:k + n]
+    lo, hi = float(start[part].min()), float(end[part].max())
+    return (lo, hi) if hi > lo else (lo, lo + 1e-6)
+
+
+def _recorded_spans(rec, lo: float, hi: float) -> pd.DataFrame:
+    """The recorder's spans that overlap ``(lo, hi)``, read a track at a time."""
+    import pandas as pd
+
+    parts = []
+    for t in rec.tracks():
+        start, end, _, _ = rec.track_spans(t, names=False)
+        inside = (end > lo) & (start < hi)
+        if inside.any():
+            start, end, names, cats = rec.track_spans(t)
+            parts.append(pd.DataFrame({"track": t, "name": names[inside], "start": start[inside],
+                                       "end": end[inside], "category": cats[inside]}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["track", "name", "start", "end", "category"])
+
+
 def timeline_figure(result, path: Path) -> bool:
-    """Bars per track (GPU, link, CPU) over a few steps from the middle of the run."""
-    spans = result.spans
-    window = timeline_window(spans) if spans is not None else None
+    """Bars per track (GPU, link, CPU) over a few steps from the middle of the run (where the spans
+    are on disk, in a recorder, only the window's are read into memory)."""
+    rec = getattr(result.trace_events, "spans", None)
+    if hasattr(rec, "track_spans"):
+        window = _recorded_window(rec)
+    else:
+        rec, spans = None, result.spans
+        window = timeline_window(spans) if spans is not None else None
     if window is None:
         return False
     lo, hi = window
     pad = 0.05 * (hi - lo)
     lo, hi = lo - pad, hi + pad
-    sp = spans[(spans["end"] > lo) & (spans["start"] < hi)]
+    sp = _recorded_spans(rec, lo, hi) if rec is not None else spans[(spans["end"] > lo) & (spans["start"] < hi)]
     tracks = _busiest_tracks(sp, lo, hi)
     sp = sp[sp["track"].isin(tracks)]
     colors = dict(COLORS)

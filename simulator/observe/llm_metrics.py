@@ -243,31 +243,83 @@ def step_gaps(stats: ServingStats) -> dict:
             "steps": n}
 
 
-def _request_frames(t, acc, done: np.ndarray, ttft, tpot, e2e) -> tuple:
-    """Builders of one row per request (times in seconds) and of the breakdown of each completed one:
-    the frames are made when first read (:class:`~simulator.observe.result.Result`), so a run that
-    only prints its summary never imports pandas."""
-    ids = np.flatnonzero(done)
-    return (lambda: _requests_frame(t, done, ttft, tpot, e2e),
-            lambda: _breakdown_frame(acc, ids, e2e))
+def _latencies(t, store, lo: int = 0, hi: int | None = None) -> tuple:
+    """TTFT, TPOT and E2E (s) of requests ``lo..hi`` (NaN where undefined), with no temporaries
+    beyond the three arrays (each as ``np.where(output > 1, (e2e - ttft) / (output - 1), nan)``)."""
+    hi = t.n if hi is None else hi
+    arrival, output = t.arrival.values[lo:hi], t.output[lo:hi]
+    ttft = store.column("first_R", lo, hi)
+    ttft -= arrival
+    e2e = store.column("last_R", lo, hi)
+    e2e -= arrival
+    tpot = np.subtract(e2e, ttft)
+    many = output > 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.divide(tpot, output - 1, out=tpot, where=many)
+    tpot[~many] = np.nan
+    return ttft, tpot, e2e
 
 
-def _requests_frame(t, done, ttft, tpot, e2e):
-    import pandas as pd
+def category(t, store, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Requests ``lo..hi``'s seconds in one breakdown category. A disaggregated request waits
+    between its prefill and its first decode step while its KV crosses to the decode replica: that
+    wait is the transfer (``kv_transfer``), not queueing."""
+    out = store.column(f"cat_{name}", lo, hi)
+    if t.kv_start is not None and name in ("kv_transfer", "queue"):
+        hi = t.n if hi is None else hi
+        kv = np.nan_to_num(t.kv_end[lo:hi] - t.kv_start[lo:hi])
+        if name == "kv_transfer":
+            out += kv
+        else:
+            out -= kv
+    return out
 
-    return pd.DataFrame({
-        "arrival_s": t.arrival, "prompt_tokens": t.prompt, "output_tokens": t.output,
-        "api_server": t.api, "replica": t.replica, "tokenized_s": t.tok_end, "first_token_s": t.first_R,
-        "last_token_s": t.last_R, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "preemptions": t.preemptions,
-        "completed": done,
-    }, index=pd.RangeIndex(t.n, name="request"))
+
+def _request_frames(t, store, done: np.ndarray) -> tuple:
+    """Builders of one row per request (times in seconds) and of the breakdown of each completed one,
+    from the request store: the frames are made when first read (:class:`~simulator.observe.result.Result`),
+    so a run that only prints its summary never imports pandas, and a run folder's CSVs are written
+    from them a range of requests at a time (:class:`Chunked`)."""
+    arrival, prompt, output = t.arrival.values, t.prompt, t.output
+
+    def requests(lo=0, hi=None):
+        import pandas as pd
+
+        hi = t.n if hi is None else hi
+        col = store.column
+        ttft, tpot, e2e = _latencies(t, store, lo, hi)
+        return pd.DataFrame({
+            "arrival_s": arrival[lo:hi], "prompt_tokens": prompt[lo:hi], "output_tokens": output[lo:hi],
+            "api_server": col("api", lo, hi), "replica": col("replica", lo, hi),
+            "tokenized_s": col("tok_end", lo, hi), "first_token_s": col("first_R", lo, hi),
+            "last_token_s": col("last_R", lo, hi), "ttft_s": ttft, "tpot_s": tpot,
+            "e2e_s": e2e, "preemptions": col("preemptions", lo, hi), "completed": done[lo:hi],
+        }, index=pd.RangeIndex(lo, hi, name="request"))
+
+    def breakdown_frame(lo=0, hi=None):
+        import pandas as pd
+
+        hi = t.n if hi is None else hi
+        mine = done[lo:hi]
+        e2e = store.column("last_R", lo, hi)[mine] - arrival[lo:hi][mine]
+        return pd.DataFrame({**{c: category(t, store, c, lo, hi)[mine] for c in CATEGORIES}, "e2e_s": e2e},
+                            index=pd.Index(lo + np.flatnonzero(mine), name="request"))
+
+    return Chunked(requests, t.n), Chunked(breakdown_frame, t.n)
 
 
-def _breakdown_frame(acc, ids, e2e):
-    import pandas as pd
+class Chunked:
+    """A per-request frame built when first called, or a range of requests at a time (``chunk``)."""
 
-    return pd.DataFrame({**{c: acc.full[c][ids] for c in CATEGORIES}, "e2e_s": e2e[ids]},
-                        index=pd.Index(ids, name="request"))
+    def __init__(self, build, n: int):
+        self.build, self.n = build, n
+
+    def __call__(self):
+        return self.build()
+
+    def chunks(self, size: int = 1 << 16):
+        for lo in range(0, max(self.n, 1), size):
+            yield self.build(lo, min(lo + size, self.n))
 
 
 def _utilization(recorder, stats: ServingStats, horizon: float) -> dict:
@@ -349,59 +401,60 @@ def stage_summaries(workload, arrival: np.ndarray, done: np.ndarray, good: np.nd
 
 def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
                  horizon) -> Result:
-    """Assemble the per-request frame, the breakdown, the summary and the trace."""
+    """Assemble the summary and the trace; the per-request frames are built from the request store
+    when first read. Every request's results are read back from the store a column at a time, and
+    the completed requests are picked by a mask (no index array): at a million requests each
+    column is 8 MB."""
     t = table
+    store, after, itl = _finished(t, steps, rows)
+    # the table's columns are released: what is read of them after the run comes from the store
+    t.finished, t.last_R = store.column("finished"), store.column("last_R")
     done = t.finished & np.isfinite(t.last_R)
-    acc, itl, first_last = _folded(t, steps, rows, done)
-    if t.kv_start is not None:
-        # a disaggregated request waits between its prefill and its first decode step while its KV
-        # crosses to the decode replica: that wait is the transfer, not queueing
-        kv = np.nan_to_num(t.kv_end - t.kv_start)
-        acc.full["kv_transfer"] += kv
-        acc.full["queue"] -= kv
-    ids = np.flatnonzero(done)
-    ttft = t.first_R - t.arrival
-    e2e = t.last_R - t.arrival
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(t.output > 1, (e2e - ttft) / (t.output - 1), np.nan)
-    requests, bd = _request_frames(t, acc, done, ttft, tpot, e2e)
-    total = {c: float(acc.full[c][ids].sum()) for c in CATEGORIES}
-    e2e_total = float(e2e[ids].sum())
-    itl_sum = float((t.last_R[ids] - t.first_R[ids]).sum())
+    n_done = int(np.count_nonzero(done))
+    ttft, tpot, e2e = _latencies(t, store)
+    window = np.subtract(t.last_R, store.column("first_R"))  # each request's time after its first token
+    itl_sum = float(window[done].sum())
+    del window
+    total = {c: float(category(t, store, c)[done].sum()) for c in CATEGORIES}
+    e2e_total = float(e2e[done].sum())
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
-    start, end = (float(np.nanmin(t.arrival[ids])), float(np.nanmax(t.last_R[ids]))) if len(ids) else (0.0, 0.0)
-    span = max(end - start, 1e-12) if len(ids) else 1.0
-    out_tokens = float(t.output[ids].sum())
+    arrival = t.arrival.values
+    start, end = (float(np.nanmin(arrival[done])), float(np.nanmax(t.last_R[done]))) if n_done else (0.0, 0.0)
+    span = max(end - start, 1e-12) if n_done else 1.0
+    out_tokens = float(t.output[done].sum())
     summary = {
-        "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": int(len(ids)),
+        "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": n_done,
         "duration_s": end - start,
-        "ttft_ms": stats_of(ttft[ids], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[ids], 1e3),
-        "e2e_ms": stats_of(e2e[ids], 1e3),
-        "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": len(ids) / span,
-                       "total_tokens_per_s": (out_tokens + float(t.prompt[ids].sum())) / span},
+        "ttft_ms": stats_of(ttft[done], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[done], 1e3),
+        "e2e_ms": stats_of(e2e[done], 1e3),
+        "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": n_done / span,
+                       "total_tokens_per_s": (out_tokens + float(t.prompt[done].sum())) / span},
         "goodput": {"requests_per_s": float(good.sum()) / span,
-                    "slo_attainment": float(good.sum()) / max(len(ids), 1),
+                    "slo_attainment": float(good.sum()) / max(n_done, 1),
                     "slo": {"ttft_ms": slo.ttft * 1e3, "itl_ms": slo.itl * 1e3}},
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
-        "itl_last_mile_share": sum(acc.after.values()) / itl_sum if itl_sum else 0.0,
+        "itl_last_mile_share": sum(after.values()) / itl_sum if itl_sum else 0.0,
         "itl_stalls": _itl_stalls(itl),
         "utilization": _utilization(recorder, stats, horizon),
         "engine_time_share": engine_time_share(stats),
         "step_gap_ms": step_gaps(stats),
         "kv_cache": _kv_summary(stats, kv_blocks),
-        "memory_per_gpu_gib": memory, "steps": int(steps.size), "preemptions": int(t.preemptions.sum()),
+        "memory_per_gpu_gib": memory, "steps": int(steps.size),
+        "preemptions": int(store.column("preemptions").sum()),
     }
     if isinstance(itl, QuantileSketch):  # too many gaps to keep: their percentiles come from a sketch
         summary["itl_quantile_error"] = itl.rel_error
         itl = None
     if scenario.workload.stages:
-        summary["stages"] = stage_summaries(scenario.workload, t.arrival, done, good, ttft, tpot, e2e)
+        summary["stages"] = stage_summaries(scenario.workload, arrival, done, good, ttft, tpot, e2e)
+    del good, ttft, tpot, e2e
+    requests, bd = _request_frames(t, store, done)
     if recorder.enabled:
-        spans = recorder.frame()
-        trace = trace_events(spans, engine_counters(stats, steps, kv_blocks),
-                             request_flows(stats, t, steps, first_last, done))
+        spans = recorder.frame  # the trace reads them back a track at a time
+        trace = trace_events(recorder, engine_counters(stats, steps, kv_blocks),
+                             request_flows(stats, store, steps, done))
     else:
         spans, trace = recorder.frame, []
     return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)
@@ -429,39 +482,52 @@ def engine_counters(stats: ServingStats, steps, kv_blocks: int) -> list[Counter]
     return out
 
 
-def _folded(t, steps, ledger, done: np.ndarray):
-    """(category accumulator, ITL gaps, (first step, last step) per request) from the run's token
-    ledger: its folded totals, or a walk over its rows where it had to keep them."""
+def _finished(t, steps, ledger):
+    """(the request store with every request, the last-mile totals after each done request's first
+    token, the ITL gaps) from the run's token ledger: its folded totals, or a walk over its rows where
+    it had to keep them."""
     rows = ledger.rows
     if rows is not None:
+        t.window.prepare(t.n)  # nothing was retired: the whole table is still in memory
         n = t.n
+        done = t.finished & np.isfinite(t.last_R)
         first = np.full(n, np.iinfo(np.int64).max)
         last = np.full(n, -1)
         if rows.size:
             np.minimum.at(first, rows["req"], rows["step"])
             np.maximum.at(last, rows["req"], rows["step"])
-        return breakdown(t, steps, rows, done), itl_samples(rows, done), (first, last)
-    acc = _Accumulator(t.n, np.nan_to_num(t.first_R, nan=np.inf))
-    acc.full, acc.after = ledger.totals(done)
-    return acc, ledger.itl(done), (ledger.first_step, ledger.last_step)
+        acc = breakdown(t, steps, rows, done)
+        itl = itl_samples(rows, done)
+        store = ledger.finish(acc.full, first, last)
+        return store, acc.after, itl
+    store = ledger.finish()
+    done = np.isfinite(store.column("last_R"))
+    done &= store.column("finished")
+    ids = done & store.column("seen")
+    after = {}
+    for c in LAST_MILE:
+        after[c] = float(store.column(f"after_{c}")[ids].sum())
+        after[c] += float(store.column(f"after_end_{c}")[ids].sum())
+    return store, after, ledger.itl(done)
 
 
-def request_flows(stats: ServingStats, table, steps, first_last, done: np.ndarray) -> pd.DataFrame:
+def request_flows(stats: ServingStats, store, steps, done: np.ndarray) -> pd.DataFrame:
     """Each completed request's path: its tokenization on the API server, its first GPU step and
     its last GPU step (on its replica's first GPU track)."""
-    first, last = first_last
     ids = np.flatnonzero(done)
-    ids = ids[last[ids] >= 0]
+    first, last = store.column("first_step")[ids], store.column("last_step")[ids]
+    keep = last >= 0
+    ids, first, last = ids[keep], first[keep], last[keep]
     import pandas as pd
 
     if not len(ids):
         return pd.DataFrame(columns=["flow", "track", "time"])
     mid = (steps["g0"] + steps["g1"]) / 2
-    api = np.array(stats.server_tracks, dtype=object)[table.api[ids]]
-    gpu = np.array([e.gpu_tracks[0] for e in stats.engines], dtype=object)[table.replica[ids]]
-    tok = (table.tok_start[ids] + table.tok_end[ids]) / 2
+    api = np.array(stats.server_tracks, dtype=object)[store.column("api")[ids]]
+    gpu = np.array([e.gpu_tracks[0] for e in stats.engines], dtype=object)[store.column("replica")[ids]]
+    tok = (store.column("tok_start")[ids] + store.column("tok_end")[ids]) / 2
     frame = pd.DataFrame({"flow": np.tile(ids, 3), "order": np.repeat([0, 1, 2], len(ids)),
                           "track": np.concatenate([api, gpu, gpu]),
-                          "time": np.concatenate([tok, mid[first[ids]], mid[last[ids]]])})
+                          "time": np.concatenate([tok, mid[first], mid[last]])})
     frame = frame.sort_values(["flow", "order"], kind="stable").drop_duplicates(["flow", "track", "time"])
     return frame[["flow", "track", "time"]].reset_index(drop=True)

@@ -5,7 +5,8 @@ each slice's ``ts`` is its rounded start and its ``dur`` the rounded end minus t
 start, so a slice that ends where the next begins never overlaps it, not even by 1 ns after
 rounding. Spans that genuinely overlap on one track (concurrent transfers on a link port) go
 to numbered sub-tracks (``link:gpu0.tx (2)``), since Perfetto needs the slices of one thread
-to nest. Every span is written (no cap): events are streamed to the file, not built as one list.
+to nest. Every span is written (no cap): events are streamed to the file, not built as one list,
+from spans read a track at a time.
 """
 
 from __future__ import annotations
@@ -80,22 +81,58 @@ class Counter:
     values: np.ndarray
 
 
+class _FrameSpans:
+    """A spans DataFrame read as a :class:`~simulator.observe.spans.SpanRecorder` is: a track at a time."""
+
+    def __init__(self, spans: pd.DataFrame):
+        self.spans = spans
+        self.count = len(spans)
+        self._track = spans["track"].astype(str).to_numpy() if len(spans) else np.empty(0, dtype=object)
+
+    def tracks(self) -> list[str]:
+        return sorted(set(self._track))
+
+    def track_spans(self, track: str, names: bool = True) -> tuple:
+        mine = self._track == track
+        sp = self.spans
+        s, e = sp["start"].to_numpy(float)[mine], sp["end"].to_numpy(float)[mine]
+        if not names:
+            return s, e, None, None
+        return (s, e, sp["name"].astype(str).to_numpy()[mine], sp["category"].astype(str).to_numpy()[mine])
+
+    def frame(self) -> pd.DataFrame:
+        return self.spans
+
+
+def _ordered(start, end) -> tuple:
+    """One track's spans in ns, ``end`` no earlier than ``start``, and the order that sorts them by
+    (start, end), ties in the order recorded."""
+    s = _ns(start)
+    e = np.maximum(_ns(end), s)
+    order = np.lexsort((e, s))
+    return s[order], e[order], order
+
+
 @dataclass
 class Trace:
     """The trace of one run, written lazily: spans as slices, counters, and flows.
 
-    ``flows``: a frame with columns ``flow`` (request id), ``track`` and ``time`` (seconds),
-    one row per point a request passes through, in order; each point is bound to the slice
-    on ``track`` that contains ``time`` (points that fall in no slice are dropped). None:
-    follow requests by their span names (:func:`request_flows`).
+    ``spans``: a frame of spans, or the :class:`~simulator.observe.spans.SpanRecorder` that holds
+    them (on disk), read a track at a time. ``flows``: a frame with columns ``flow`` (request id),
+    ``track`` and ``time`` (seconds), one row per point a request passes through, in order; each
+    point is bound to the slice on ``track`` that contains ``time`` (points that fall in no slice
+    are dropped). None: follow requests by their span names (:func:`request_flows`).
     """
 
-    spans: pd.DataFrame
+    spans: object
     counters: list = field(default_factory=list)
     flows: pd.DataFrame | None = None
 
+    def _source(self):
+        return self.spans if hasattr(self.spans, "track_spans") else _FrameSpans(self.spans)
+
     def __len__(self) -> int:
-        return len(self.spans) + sum(len(c.times) for c in self.counters)
+        return self._source().count + sum(len(c.times) for c in self.counters)
 
     def __bool__(self) -> bool:
         return len(self) > 0
@@ -104,83 +141,72 @@ class Trace:
         for line in self.lines():
             yield json.loads(line)
 
-    # -- layout ------------------------------------------------------------------------------
-    def _layout(self):
-        """Spans sorted by track and start, in ns, with a lane each; pid and tid per (track, lane)."""
-        import pandas as pd  # only a trace with spans needs it
-
-        sp = self.spans
-        tracks = sorted(set(sp["track"].astype(str)) | {c.track for c in self.counters})
+    # -- output ------------------------------------------------------------------------------
+    def lines(self) -> Iterator[str]:
+        """Every trace event as one JSON object string: metadata, slices, counters, flows. Spans are
+        read a track at a time (twice: their lanes first, for the thread names that come first)."""
+        src = self._source()
+        if not src.count and not self.counters:
+            return
+        span_tracks = src.tracks() if src.count else []
+        tracks = sorted(set(span_tracks) | {c.track for c in self.counters})
         groups = sorted({_group(t) for t in tracks})
         pid = {g: i + 1 for i, g in enumerate(groups)}
-        start = _ns(sp["start"].to_numpy(float))
-        end = np.maximum(_ns(sp["end"].to_numpy(float)), start)
-        frame = pd.DataFrame({"track": sp["track"].astype(str).to_numpy(), "name": sp["name"].astype(str).to_numpy(),
-                              "cat": sp["category"].astype(str).to_numpy(), "s": start, "e": end})
-        frame = frame.sort_values(["track", "s", "e"], kind="stable", ignore_index=True)
-        lanes = np.zeros(len(frame), dtype=np.int64)
-        bounds = {}
-        for track, idx in frame.groupby("track", sort=False).indices.items():
-            lo, hi = int(idx[0]), int(idx[-1]) + 1
-            lanes[lo:hi] = assign_lanes(frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi])
-            bounds[track] = (lo, hi)
-        frame["lane"] = lanes
+        lanes_of = {}
+        for t in span_tracks:
+            s, e, _ = _ordered(*src.track_spans(t, names=False)[:2])
+            lanes_of[t] = int(assign_lanes(s, e).max()) + 1 if len(s) else 1
         tid, names, next_tid = {}, {}, 1
         for t in tracks:
-            for lane in range(int(lanes[bounds[t][0]:bounds[t][1]].max()) + 1 if t in bounds else 1):
+            for lane in range(lanes_of.get(t, 1)):
                 tid[(t, lane)] = next_tid
                 names[(t, lane)] = t if lane == 0 else f"{t} ({lane + 1})"
                 next_tid += 1
-        return frame, bounds, pid, tid, names
-
-    # -- output ------------------------------------------------------------------------------
-    def lines(self) -> Iterator[str]:
-        """Every trace event as one JSON object string: metadata, slices, counters, flows."""
-        if self.spans.empty and not self.counters:
-            return
-        frame, bounds, pid, tid, names = self._layout()
         for g, p in pid.items():
             yield json.dumps({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": g}})
         for (t, lane), i in tid.items():
             yield json.dumps({"ph": "M", "name": "thread_name", "pid": pid[_group(t)], "tid": i,
                               "args": {"name": names[(t, lane)]}})
+        if self.flows is None:  # found from the span names
+            self.flows = request_flows(src.frame())
+        flow_groups = {} if self.flows.empty else dict(iter(self.flows.groupby("track", sort=False)))
+        points: dict = {}
         quoted: dict[str, str] = {}
-        for track, (lo, hi) in bounds.items():
+        for track in span_tracks:
+            start, end, name_arr, cat_arr = src.track_spans(track)
+            s_ns, e_ns, order = _ordered(start, end)
+            del start, end
+            lanes = assign_lanes(s_ns, e_ns)
             p = pid[_group(track)]
-            tids = [tid[(track, lane)] for lane in range(int(frame["lane"].to_numpy()[lo:hi].max()) + 1)]
-            for name, cat, s, e, lane in zip(frame["name"].to_numpy()[lo:hi], frame["cat"].to_numpy()[lo:hi],
-                                             frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi],
-                                             frame["lane"].to_numpy()[lo:hi]):
+            tids = [tid[(track, lane)] for lane in range(lanes_of[track])]
+            for name, cat, s, e, lane in zip(name_arr[order], cat_arr[order], s_ns, e_ns, lanes):
                 qn = quoted.get(name) or quoted.setdefault(name, json.dumps(name))
                 qc = quoted.get("\0" + cat) or quoted.setdefault("\0" + cat, json.dumps(cat or "span"))
                 yield (f'{{"ph":"X","name":{qn},"cat":{qc},"pid":{p},"tid":{tids[lane]},'
                        f'"ts":{_us(s)},"dur":{_us(e - s)}}}')
+            if track in flow_groups:
+                self._bind(flow_groups[track], s_ns, e_ns, lanes, p, tid, track, points)
         for c in self.counters:
             qn, p = json.dumps(c.name), pid[_group(c.track)]
             for ns, v in zip(_ns(c.times), np.asarray(c.values, dtype=float)):
                 if np.isfinite(v):
                     yield f'{{"ph":"C","name":{qn},"pid":{p},"tid":0,"ts":{_us(ns)},"args":{{"value":{float(v)!r}}}}}'
-        yield from self._flow_lines(frame, bounds, pid, tid)
+        yield from self._flow_lines(points)
 
-    def _flow_lines(self, frame, bounds, pid, tid) -> Iterator[str]:
+    @staticmethod
+    def _bind(grp, s, e, lane, p, tid, track, points) -> None:
+        """Bind the flow points on one track to the slice that contains each (sorted slices)."""
+        t = _ns(grp["time"].to_numpy(float))
+        i = np.searchsorted(s, t, side="right") - 1
+        ok = (i >= 0) & (e[np.maximum(i, 0)] >= t)
+        for row, k, good in zip(grp.index, i, ok):
+            if good:
+                points[row] = (p, tid[(track, int(lane[k]))], int((s[k] + e[k]) // 2))
+
+    def _flow_lines(self, points) -> Iterator[str]:
         """One flow per request ('s', then 't' per middle point, then 'f'), each bound inside a slice."""
-        if self.flows is None:  # found from the span names only when the trace is written
-            self.flows = request_flows(self.spans)
         if self.flows.empty:
             return
-        points = {}
-        for track, grp in self.flows.groupby("track", sort=False):
-            if track not in bounds:
-                continue
-            lo, hi = bounds[track]
-            s, e = frame["s"].to_numpy()[lo:hi], frame["e"].to_numpy()[lo:hi]
-            lane = frame["lane"].to_numpy()[lo:hi]
-            t = _ns(grp["time"].to_numpy(float))
-            i = np.searchsorted(s, t, side="right") - 1
-            ok = (i >= 0) & (e[np.maximum(i, 0)] >= t)
-            for row, k, good in zip(grp.index, i, ok):
-                if good:
-                    points[row] = (pid[_group(track)], tid[(track, int(lane[k]))], int((s[k] + e[k]) // 2))
         flows = self.flows.loc[[r for r in self.flows.index if r in points]]
         for fid, grp in flows.groupby("flow", sort=True):
             rows = list(grp.index)
@@ -221,8 +247,9 @@ def request_flows(spans: pd.DataFrame) -> pd.DataFrame:
     return pts[["flow", "track", "time"]].reset_index(drop=True)
 
 
-def trace_events(spans: pd.DataFrame, counters: list | None = None, flows: pd.DataFrame | None = None) -> Trace:
-    """The run's trace: every span as a slice, with ``counters`` and request ``flows``.
+def trace_events(spans, counters: list | None = None, flows: pd.DataFrame | None = None) -> Trace:
+    """The run's trace: every span (a frame, or the recorder that holds them) as a slice, with
+    ``counters`` and request ``flows``.
 
     Without explicit ``flows``, requests are followed by their span names (``r<id> ...``).
     """

@@ -160,14 +160,26 @@ class Result:
         return out
 
     # -- the run folder ----------------------------------------------------------------------
+    def _write_csv(self, name: str, path: Path) -> None:
+        """One frame as CSV: a range of requests at a time where it is built from a request store and
+        not yet in memory (the same text as the whole frame's ``to_csv``)."""
+        raw = getattr(self, f"_{name}")
+        if not hasattr(raw, "chunks"):
+            frame = self._frame(f"_{name}")
+            frame.to_csv(path, index=frame.index.name is not None)
+            return
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            for i, chunk in enumerate(raw.chunks()):
+                chunk.to_csv(fh, header=i == 0, index=chunk.index.name is not None)
+
     def write(self, out_dir: str | Path, figures: bool = True) -> Path:
         """Write summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json and (unless
         ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(json_safe(self.summary), indent=2, allow_nan=False) + "\n")
-        self.requests.to_csv(out / "requests.csv", index=self.requests.index.name is not None)
-        self.breakdown.to_csv(out / "breakdown.csv", index=self.breakdown.index.name is not None)
+        for name in ("requests", "breakdown"):
+            self._write_csv(name, out / f"{name}.csv")
         (out / "scenario.yaml").write_text(yaml.safe_dump(self.resolved_scenario(), sort_keys=False))
         trace = self.trace_events
         if hasattr(trace, "write"):

@@ -5,10 +5,13 @@ The engine and the frontend hand over each step's output rows (one per request: 
 its request's latency depends only on its own step's times and on the previous row of the same
 request, so the ledger keeps, per request, the previous row's times and the category totals, and
 adds each row's segments at once: the same partition as walking every request's rows at the end
-(``llm_metrics.breakdown``), in memory that grows with requests, not tokens. The inter-token gaps
-the ITL statistics need are kept (8 bytes and a request id per token, not a 30-byte row) up to
-``EXACT_GAPS`` of them; beyond, the finished requests' gaps go into a quantile sketch
-(``observe.sketch``, 0.1% relative error on every percentile), so their memory stops growing.
+(``llm_metrics.breakdown``). Its per-request columns live in the request table's window
+(``observe.paged``): once a request is done (and ``RETIRE_LAG`` more steps are made), its results go
+to the run's :class:`~simulator.observe.request_store.RequestStore` on disk, in id order, and its
+memory is handed back, so memory follows the requests in flight, not the run's length. The
+inter-token gaps the ITL statistics need are kept (8 bytes and a request id per token, not a 30-byte
+row) up to ``EXACT_GAPS`` of them; a run that will make more keeps the done requests' gaps in a
+quantile sketch (``observe.sketch``, 0.1% relative error on every percentile) from the start.
 
 Rows of one request must arrive in step order. Every output path keeps that order except a separate
 detokenizer process, whose output may be handed over after a later step's prefill-only rows; that
@@ -17,10 +20,14 @@ placement keeps every row (``keep_rows``) and its metrics walk them at the end.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from .columns import Columns, RingColumns
+from .paged import CHUNK
 from .records import LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
+from .request_store import RequestStore
 from .sketch import QuantileSketch
 
 ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f8", "R": "f8", "tokens": "i4"}
@@ -28,7 +35,27 @@ ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f
 
 EXACT_GAPS = 1 << 22
 """Inter-token gaps kept exactly (48 MB with their request ids, about 18,000 requests of 230
-tokens); a run with more keeps its percentiles in a sketch."""
+tokens); a run whose requests ask for more output tokens keeps its percentiles in a sketch."""
+
+FOLD_SLICE = 1 << 14
+"""Rows folded by one numpy pass (whole requests at a time): its temporaries are what a fold costs."""
+
+SKETCH_GAPS = 1 << 18
+"""Gaps held before the done requests' go into the sketch, once the run keeps them there (3 MB)."""
+
+RETIRE_LAG = 1 << 12
+"""Steps per engine replica made between a request being seen done and its retirement from memory:
+far more than a step launched before it finished can take to be processed (multi-step runs 64 at
+most, async overlap one ahead, a decode run 256 at once), with the replicas its requests went to
+making steps in turn (all replicas' steps share one count)."""
+
+RESULT_COLUMNS = {"api": "i4", "replica": "i4", "tok_start": "f8", "tok_end": "f8", "first_R": "f8",
+                  "last_R": "f8", "preemptions": "i4", "finished": "?", "seen": "?", "zeros": "i8",
+                  "first_step": "i8", "last_step": "i8",
+                  **{f"cat_{c}": "f8" for c in LLM_CATEGORIES}, **{f"after_{c}": "f8" for c in LLM_LAST_MILE},
+                  **{f"after_end_{c}": "f8" for c in LLM_LAST_MILE}}
+"""What the store keeps of each request: its timestamps and places, its category totals (``cat_``), its
+last-mile time after its first token folded (``after_``) and added at its end (``after_end_``)."""
 
 FOLD_ROWS = 1 << 16
 """Rows held before they are folded: numpy's per-call cost is paid per fold, not per step, and
@@ -40,23 +67,32 @@ class TokenLedger:
     batch by row batch; ``rows`` holds every row too when the output order does not allow folding."""
 
     def __init__(self, table, steps: Columns, keep_rows: bool = False, capacity: int = 1024):
-        n = table.n
+        w = table.window
         self.table, self.steps = table, steps
-        self.full = {c: np.zeros(n) for c in LLM_CATEGORIES}
-        self.after = {c: np.zeros(n) for c in LLM_LAST_MILE}
-        self.prev = np.full((4, n), np.nan)         # the previous row's g1, d1, e, R
-        self.seen = np.zeros(n, dtype=bool)
-        self.prev_sent = np.full(n, np.nan)         # R of the previous row the client received
-        self.zeros = np.zeros(n, dtype=np.int64)    # tokens that arrived in a chunk after its first
-        self.first_step = np.full(n, np.iinfo(np.int64).max)
-        self.last_step = np.full(n, -1, dtype=np.int64)
-        # sized once for the exact store (untouched pages cost nothing): no copies as it grows
-        self.gaps = Columns({"gap": "f8", "req": "i4"}, min(capacity, EXACT_GAPS + FOLD_ROWS))
-        self.sketch: QuantileSketch | None = None
+        self.full = {c: w.column("f8") for c in LLM_CATEGORIES}
+        self.after = {c: w.column("f8") for c in LLM_LAST_MILE}
+        # the previous row's g1, d1, e, R
+        self.prev_g1, self.prev_d1, self.prev_e, self.prev_R = (w.column("f8", np.nan) for _ in range(4))
+        self.seen = w.column(bool)
+        self.prev_sent = w.column("f8", np.nan)     # R of the previous row the client received
+        self.zeros = w.column(np.int64)             # tokens that arrived in a chunk after its first
+        self.first_step = w.column(np.int64, np.iinfo(np.int64).max)
+        self.last_step = w.column(np.int64, -1)
+        # a run that will make more gaps than the exact store holds keeps them in the sketch from
+        # the start (only the running requests' gaps are held); otherwise the store is sized once
+        # (untouched pages cost nothing): no copies as it grows
+        planned = max(capacity - table.n, 0)
+        self.sketch: QuantileSketch | None = QuantileSketch() if planned > EXACT_GAPS else None
+        size = SKETCH_GAPS if self.sketch is not None else min(capacity, EXACT_GAPS + FOLD_ROWS)
+        self.gaps = Columns({"gap": "f8", "req": "i4"}, max(size, 1))
         self.rows = Columns(ROW_COLUMNS, capacity) if keep_rows else None
         self.buffer = Columns(ROW_COLUMNS, FOLD_ROWS) if not keep_rows else None
         self._first_step = None  # the oldest step the buffered rows refer to
         self.size = 0
+        self.store = RequestStore(RESULT_COLUMNS)
+        self.retired = 0  # requests below this id are in the store and out of memory
+        self._marks: deque = deque()  # (steps made, requests done below this id) at each fold
+        self._replicas = 1  # replicas the requests not yet retired went to (the lag scales with them)
 
     def extend(self, n: int, **row) -> None:
         """Take ``n`` rows (scalars broadcast, arrays of length n), as ``Columns.extend`` takes them."""
@@ -88,22 +124,108 @@ class TokenLedger:
         req = b["req"].astype(np.int64)
         order = np.argsort(req, kind="stable")
         req = req[order]
-        self._fold(req, b["step"][order].astype(np.int64), b["prefill"][order].astype(bool), b["kind"][order],
-                   b["e"][order], b["R"][order], b["tokens"][order])
+        # a slice of whole requests at a time: the same totals and gaps, a quarter of the temporaries
+        cuts = np.searchsorted(req, req[np.arange(FOLD_SLICE, len(req), FOLD_SLICE)], side="left")
+        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(req)].tolist()):
+            if hi > lo:
+                o = order[lo:hi]
+                self._fold(req[lo:hi], b["step"][o].astype(np.int64), b["prefill"][o].astype(bool), b["kind"][o],
+                           b["e"][o], b["R"][o], b["tokens"][o])
         b.size = 0
         self._first_step = None
-        if self.gaps.size > EXACT_GAPS:
+        if self.gaps.size > (EXACT_GAPS if self.sketch is None else SKETCH_GAPS):
             self._spill()
+        self._retire_done()
 
     def _spill(self) -> None:
-        """Move the gaps of requests that are done (finished, last token received) into the sketch;
-        the gaps of requests still running stay exact until they are done."""
+        """Move the gaps of requests that are done (finished, last token received) into the sketch,
+        a slice at a time; the gaps of requests still running stay exact until they are done. The
+        first time, the exact store is replaced by one sized for the running requests' gaps."""
         t = self.table
-        done = (t.finished & np.isfinite(t.last_R))[self.gaps["req"]]
-        if self.sketch is None:
+        req = self.gaps["req"]
+        done = req < self.retired
+        live = ~done
+        done[live] = t.finished[req[live]] & np.isfinite(t.last_R[req[live]])
+        del live
+        first = self.sketch is None
+        if first:
             self.sketch = QuantileSketch()
-        self.sketch.add(self.gaps["gap"][done])
-        self.gaps.keep(~done)
+        gap = self.gaps["gap"]
+        for lo in range(0, len(gap), FOLD_ROWS):
+            hi = lo + FOLD_ROWS
+            self.sketch.add(gap[lo:hi][done[lo:hi]])
+        keep = ~done
+        if first:  # the exact store, sized for every gap: replace it
+            small = Columns({"gap": "f8", "req": "i4"}, max(SKETCH_GAPS, 2 * int(keep.sum())))
+            small.extend(int(keep.sum()), gap=gap[keep], req=req[keep])
+            self.gaps = small
+        else:
+            self.gaps.keep(keep)
+
+    # -- requests retire as they are done --------------------------------------------------------
+
+    def _retire_done(self) -> None:
+        """Retire the requests done so far, in id order, ``RETIRE_LAG`` steps per replica after they
+        were seen done (a done request may still sit in a step launched before it finished: async
+        overlap, multi-step; every such step is processed long before that many more are made)."""
+        t, w = self.table, self.table.window
+        lo, hi = self.retired, w.prepared
+        if hi > lo:
+            self._replicas = max(self._replicas, int(t.replica[lo:hi].max()) + 1)
+            complete = t.finished[lo:hi] & (t.sent[lo:hi] >= t.output[lo:hi])
+            first_open = lo + (int(np.argmin(complete)) if not complete.all() else hi - lo)
+            if not self._marks or first_open > self._marks[-1][1]:
+                self._marks.append((self.steps.size, first_open))
+        upto = None
+        while self._marks and self._marks[0][0] <= self.steps.size - RETIRE_LAG * self._replicas:
+            upto = self._marks.popleft()[1]
+        if upto is not None and upto > self.retired:
+            self._retire(self.retired, upto)
+
+    def _retire(self, lo: int, hi: int, full: dict | None = None, first=None, last=None) -> None:
+        """Append requests ``lo..hi`` to the store and release their memory. Their category totals
+        get what only their end tells (time before the engine: queue to tokenization, tokenization;
+        the last mile after their final row) if they are done; ``full``/``first``/``last``: totals
+        and steps found by a walk over kept rows instead."""
+        t = self.table
+        w = t.window
+        w.prepare(hi)
+        s = slice(lo, hi)
+        finished, last_R, first_R = t.finished[s].copy(), t.last_R[s].copy(), t.first_R[s].copy()
+        done = finished & np.isfinite(last_R)
+        out = {"api": t.api[s], "replica": t.replica[s], "tok_start": t.tok_start[s], "tok_end": t.tok_end[s],
+               "first_R": first_R, "last_R": last_R, "preemptions": t.preemptions[s], "finished": finished}
+        if full is not None:
+            out.update({f"cat_{c}": full[c][s] for c in LLM_CATEGORIES})
+            out.update({f"after_{c}": 0.0 for c in LLM_LAST_MILE})
+            out.update({f"after_end_{c}": 0.0 for c in LLM_LAST_MILE})
+            out.update(seen=done, zeros=0, first_step=first[s], last_step=last[s])
+        else:
+            seen = self.seen[s].copy()
+            ids = done & seen
+            cat = {c: self.full[c][s].copy() for c in LLM_CATEGORIES}
+            end = {c: np.zeros(hi - lo) for c in LLM_LAST_MILE}
+            lower = np.nan_to_num(first_R[ids], nan=np.inf)
+
+            def add(c, start, stop):
+                cat[c][ids] += np.maximum(stop - start, 0.0)
+                if c in end:
+                    end[c][ids] = np.maximum(stop - np.maximum(start, lower), 0.0)
+
+            tok_start, tok_end = t.tok_start[s][ids], t.tok_end[s][ids]
+            add("queue", t.arrival.values[s][ids], tok_start)
+            add("schedule", tok_start, tok_end)
+            g1, d1, e, R = self.prev_g1[s][ids], self.prev_d1[s][ids], self.prev_e[s][ids], self.prev_R[s][ids]
+            add("d2h", g1, d1)
+            add("detokenize", d1, e)
+            add("stream", e, R)
+            out.update({f"cat_{c}": v for c, v in cat.items()})
+            out.update({f"after_{c}": self.after[c][s] for c in LLM_LAST_MILE})
+            out.update({f"after_end_{c}": v for c, v in end.items()})
+            out.update(seen=seen, zeros=self.zeros[s], first_step=self.first_step[s], last_step=self.last_step[s])
+        self.store.append(hi - lo, **out)
+        self.retired = hi
+        w.release(hi)
 
     def _fold(self, req, step, prefill, kind, e, R, tokens) -> None:
         t, st = self.table, self.steps
@@ -112,11 +234,11 @@ class TokenLedger:
         first = np.r_[True, req[1:] != req[:-1]]
         prev = np.maximum(np.arange(len(req)) - 1, 0)
         seen = self.seen[req]
-        start = np.where(seen, self.prev[0, req], t.tok_end[req])  # the window after the previous row
+        start = np.where(seen, self.prev_g1[req], t.tok_end[req])  # the window after the previous row
         ws = np.where(first, start, g1[prev])
-        pd1 = np.where(first, np.where(seen, self.prev[1, req], ws), d1[prev])
-        pe = np.where(first, np.where(seen, self.prev[2, req], ws), e[prev])
-        pR = np.where(first, np.where(seen, self.prev[3, req], ws), R[prev])
+        pd1 = np.where(first, np.where(seen, self.prev_d1[req], ws), d1[prev])
+        pe = np.where(first, np.where(seen, self.prev_e[req], ws), e[prev])
+        pR = np.where(first, np.where(seen, self.prev_R[req], ws), R[prev])
         lower = np.nan_to_num(t.first_R[req], nan=np.inf)
         cs = np.maximum(st["a0"][step], ws)
         b1 = np.clip(pd1, ws, cs)
@@ -137,7 +259,8 @@ class TokenLedger:
         # each request's last row here becomes its previous row
         last = np.r_[req[1:] != req[:-1], True]
         r_last = req[last]
-        self.prev[:, r_last] = (g1[last], d1[last], e[last], R[last])
+        self.prev_g1[r_last], self.prev_d1[r_last] = g1[last], d1[last]
+        self.prev_e[r_last], self.prev_R[r_last] = e[last], R[last]
         first_r = req[first]
         self.first_step[first_r] = np.minimum(self.first_step[first_r], step[first])
         self.seen[r_last] = True
@@ -172,43 +295,31 @@ class TokenLedger:
 
     # -- the end of the run -------------------------------------------------------------------
 
-    def totals(self, done: np.ndarray):
-        """Per-request category totals (all requests; valid for ``done`` ones) and the last-mile
-        totals after each done request's first token: the rows folded so far, plus what only the
-        end tells — time before the engine (queue to tokenization, tokenization) and each done
-        request's last mile after its final row."""
+    def finish(self, full: dict | None = None, first=None, last=None) -> RequestStore:
+        """Every request in the store, in id order: the rows folded so far, then the rest retired a
+        chunk at a time (``full``/``first``/``last``: from a walk over kept rows)."""
         self.flush()
-        t = self.table
-        ids = np.flatnonzero(done & self.seen)
-        full = {c: v.copy() for c, v in self.full.items()}
-        after = {c: float(v[ids].sum()) for c, v in self.after.items()}
-        lower = np.nan_to_num(t.first_R[ids], nan=np.inf)
-
-        def add(cat, start, end):
-            full[cat][ids] += np.maximum(end - start, 0.0)
-            if cat in after:
-                after[cat] += float(np.maximum(end - np.maximum(start, lower), 0.0).sum())
-
-        add("queue", t.arrival[ids], t.tok_start[ids])
-        add("schedule", t.tok_start[ids], t.tok_end[ids])
-        g1, d1, e, R = self.prev[:, ids]
-        add("d2h", g1, d1)
-        add("detokenize", d1, e)
-        add("stream", e, R)
-        return full, after
+        n = self.table.n
+        while self.retired < n:
+            self._retire(self.retired, min(n, (self.retired // CHUNK + 1) * CHUNK), full, first, last)
+        self.store.close()
+        return self.store
 
     def itl(self, done: np.ndarray) -> np.ndarray | QuantileSketch:
         """Every done request's inter-token gaps at the client, then a zero per token that arrived in
         a chunk after its first (in the order the gaps were made); or, for a run whose gaps outgrew
-        the exact store, the sketch of them all."""
+        the exact store, the sketch of them all. ``done``: one flag per request (after :meth:`finish`);
+        called once, at the end."""
         self.flush()
         keep = done[self.gaps["req"]]
+        self.gaps.drop("req")  # the last read: its memory goes before the percentiles copy the gaps
+        zeros = sum(int(self.store.column("zeros", lo, hi)[done[lo:hi]].sum())  # whole numbers: any order
+                    for lo, hi in self.store.chunks())
         if self.sketch is not None:
             out = self.sketch.copy()
             out.add(self.gaps["gap"][keep])
-            out.add_zeros(int(self.zeros[done].sum()))
+            out.add_zeros(zeros)
             return out
-        zeros = int(self.zeros[done].sum())
         if not zeros and keep.all():
             return self.gaps["gap"]  # every gap is a done request's: the store itself, not a copy
         out = np.empty(int(keep.sum()) + zeros)

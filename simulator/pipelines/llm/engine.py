@@ -25,6 +25,7 @@ import simpy
 from ...hardware.cpu import CPUProcess, book
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
+from ...observe.paged import CHUNK, Arrivals, Window
 from ...observe.records import PREFILL_ONLY
 from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
@@ -79,30 +80,38 @@ class Records:
 
 
 class RequestTable:
-    """Per-request state as numpy arrays (struct of arrays), shared by the frontend and the engines."""
+    """Per-request state as numpy arrays (struct of arrays), shared by the frontend and the engines.
+
+    Every column but the inputs is a window over the request ids (``observe.paged``): ids are
+    prepared as their arrivals are read (``arrival`` is an :class:`~simulator.observe.paged.Arrivals`)
+    and released once the token ledger has retired them, so a long run holds only the requests in
+    flight. Index the columns by request id or id arrays, as plain numpy arrays."""
 
     def __init__(self, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray):
         n = len(prompt)
         self.n = n
-        self.arrival = arrival.astype(float).copy()
-        self.prompt = prompt.astype(np.int64)
-        self.output = output.astype(np.int64)
-        self.api = np.zeros(n, dtype=np.int32)
-        self.replica = np.full(n, -1, dtype=np.int32)
-        self.tok_start = np.full(n, np.nan)
-        self.tok_end = np.full(n, np.nan)
-        self.computed = np.zeros(n, dtype=np.int64)
-        self.target = np.zeros(n, dtype=np.int64)
-        self.generated = np.zeros(n, dtype=np.int64)
-        self.sent = np.zeros(n, dtype=np.int64)
-        self.blocks = np.zeros(n, dtype=np.int64)
-        self.finished = np.zeros(n, dtype=bool)
-        self.preemptions = np.zeros(n, dtype=np.int32)
-        self.first_R = np.full(n, np.nan)
-        self.last_R = np.full(n, np.nan)
+        w = self.window = Window(n)
+        # the inputs' own arrays, not copies (a closed loop writes its arrival times into them)
+        self.arrival = Arrivals(np.asarray(arrival, dtype=float), w)
+        self.prompt = np.asarray(prompt, dtype=np.int64)
+        self.output = np.asarray(output, dtype=np.int64)
+        self.api = w.column(np.int32)
+        self.replica = w.column(np.int32, -1)
+        self.tok_start = w.column(float, np.nan)
+        self.tok_end = w.column(float, np.nan)
+        self.computed = w.column(np.int64)
+        self.target = w.column(np.int64)
+        self.generated = w.column(np.int64)
+        self.sent = w.column(np.int64)
+        self.blocks = w.column(np.int64)
+        self.finished = w.column(bool)
+        self.preemptions = w.column(np.int32)
+        self.first_R = w.column(float, np.nan)
+        self.last_R = w.column(float, np.nan)
         self.prefix = None   # the requests' PrefixIds, when the workload carries prefix identity
         self.session = None  # each request's session id, when the workload has sessions
         self.kv_start = self.kv_end = None  # with disaggregation: each request's KV transfer
+        w.prepare(CHUNK)
 
 
 class Engine:
