@@ -36,6 +36,9 @@ CATALOG_REFS = {
     "Hardware.node": ("nodes", "null (the flat model: GPU ports only)"),
     "LLMScenario.model": ("llms", "llama-3-8b"), "DiTScenario.model": ("dits", "required"),
     "TokenPipelineScenario.model": ("llms or dits", "required"),
+    "Speculative.draft_model": ("llms", "null (the method needs none, or it is an error)"),
+    "Disaggregation.kv_link": ("links", "null (the topology's route between the GPUs)"),
+    "KVOffload.link": ("links", "null (the GPU's host link)"),
 }
 
 
