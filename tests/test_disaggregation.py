@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import simpy
 
 import simulator as sim
 from simulator.errors import ConfigError
 from simulator.observe.records import LLM_CATEGORIES
-from simulator.observe.spans import SpanRecorder
 from simulator.pipelines.llm import serving
-from simulator.workloads.arrivals import make_requests
 
 BASE = {
     "name": "pd", "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
@@ -26,13 +23,8 @@ def scenario(**over):
 
 
 def system(sc):
-    """Build and run the deployment, returning it (its table holds every request's times)."""
-    specs = make_requests(sc.workload, np.random.default_rng(sc.seed), sc.model.context_length)
-    env = simpy.Environment()
-    s = serving.build_serving(env, sc, specs, None, SpanRecorder(enabled=sc.record_spans))
-    s.start_arrivals()
-    env.run()
-    return s
+    """The deployment after its run (its table holds every request's times)."""
+    return serving.run_deployment(sc)
 
 
 def test_one_transfer_takes_latency_plus_bytes_over_the_links_bandwidth():

@@ -9,16 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import simpy
 
 import simulator as sim
 from simulator.errors import ConfigError
-from simulator.observe.spans import SpanRecorder
 from simulator.pipelines.llm import serving
 from simulator.pipelines.llm.scheduler import Scheduler
 from simulator.pipelines.llm.speculative import SPEC_METHODS, NgramProposer, alpha_for, expected_tokens
 from simulator.validate import discover
-from simulator.workloads.arrivals import make_requests
 
 from test_llm_scheduler import settings, table
 
@@ -37,13 +34,7 @@ def run(**over):
 
 def system(**over):
     """Build and run the deployment, returning it (its engines and table stay readable)."""
-    sc = sim.load_scenario(BASE, overrides=over)
-    specs = make_requests(sc.workload, np.random.default_rng(sc.seed), sc.model.context_length)
-    env = simpy.Environment()
-    s = serving.build_serving(env, sc, specs, None, SpanRecorder(enabled=sc.record_spans))
-    s.start_arrivals()
-    env.run()
-    return s
+    return serving.run_deployment(sim.load_scenario(BASE, overrides=over))
 
 
 def test_full_acceptance_emits_k_plus_one_tokens_per_step():

@@ -13,6 +13,14 @@ import zlib
 from ...errors import ConfigError
 
 
+def _prefix_ids(table, router: str):
+    """The requests' prefix ids, which ``router`` routes on (an error when the workload has none)."""
+    if table.prefix is None:
+        raise ConfigError(f"router {router} needs prompts with prefix identity (a Mooncake .jsonl trace, "
+                          "workload.prefix or workload.sessions)", path="serving.router")
+    return table.prefix
+
+
 class RoundRobin:
     """Replicas in turn, whatever their load (a plain load balancer in front of the replicas)."""
 
@@ -66,10 +74,7 @@ class PrefixAffinity:
     BALANCE_REL = 1.5
 
     def __init__(self, table):
-        if table.prefix is None:
-            raise ConfigError("router prefix_affinity needs prompts with prefix identity (a Mooncake .jsonl "
-                              "trace, workload.prefix or workload.sessions)", path="serving.router")
-        self.prefix = table.prefix
+        self.prefix = _prefix_ids(table, "prefix_affinity")
 
     def pick(self, engines, rid: int) -> int:
         loads = [e.outstanding for e in engines]
@@ -108,10 +113,7 @@ class CacheAwareTree:
     BALANCE_REL = 1.0001
 
     def __init__(self, table):
-        if table.prefix is None:
-            raise ConfigError("router cache_aware needs prompts with prefix identity (a Mooncake .jsonl trace, "
-                              "workload.prefix or workload.sessions)", path="serving.router")
-        self.prefix = table.prefix
+        self.prefix = _prefix_ids(table, "cache_aware")
         self.prompt = table.prompt
         self.trees: list[set[int]] | None = None  # per worker: prefix ids of the prompts routed to it
         self.sizes: list[int] = []  # per worker: tokens its tree holds

@@ -240,6 +240,17 @@ def simulate(scenario):
     return system.result(was_cut(env, scenario.max_sim_time))
 
 
+def run_deployment(scenario) -> "ServingSystem":
+    """Build a scenario's deployment, run its own workload to the end and return it, for looking
+    inside (its engines, schedulers and request table) where a Result keeps only the metrics."""
+    specs = make_requests(scenario.workload, np.random.default_rng(scenario.seed), scenario.model.context_length)
+    env = simpy.Environment()
+    system = build_serving(env, scenario, specs, None, SpanRecorder(enabled=scenario.record_spans))
+    system.start_arrivals()
+    env.run(until=scenario.max_sim_time)
+    return system
+
+
 class ServingSystem:
     """An LLM serving deployment on a SimPy environment: API servers, router, engine replicas and
     the run's stores. ``arrive(rid)`` hands request ``rid`` of the table to the frontend now; a
