@@ -328,7 +328,7 @@ four H100s: co-located replicas or a prefill pool and a decode pool (`disaggrega
 without prefix caching and SGLang's cache-aware router (`serving.router: prefix_affinity`)."""),
     new_code_cell(SETUP),
     new_code_cell("""\
-base = {"workload.requests": 400, "workload.rate": 12, "workload.prompt_tokens": 2048, "workload.output_tokens": 128,
+base = {"workload.requests": 200, "workload.rate": 12, "workload.prompt_tokens": 2048, "workload.output_tokens": 128,
         "record_spans": False}
 points = [({"shared": share, "prefix_caching": on},
            {**base, "workload.prefix": {"shared_tokens": int(2048 * share), "groups": 4}, "serving.prefix_caching": on})
@@ -337,8 +337,8 @@ prefix = E.run_labelled(None, points)
 prefix[["shared", "prefix_caching", "prefix_cache.hit_rate", "ttft_ms.mean", "ttft_ms.p99", "tpot_ms.mean",
         "last_mile_share"]]"""),
     new_code_cell("""\
-layouts = E.kv_layouts(requests=300)
-fig = plots.breakdown_bars(layouts, "layout", "Mooncake conversation trace, first 300 requests, Llama-3.1-8B on 4x H100",
+layouts = E.kv_layouts(requests=200)
+fig = plots.breakdown_bars(layouts, "layout", "Mooncake conversation trace, first 200 requests, Llama-3.1-8B on 4x H100",
                            absolute=True, xlabel="layout at 4 GPUs")
 display(Image(plots.to_png(fig)))
 layouts[["layout", "ttft_ms.mean", "ttft_ms.p99", "tpot_ms.mean", "throughput.output_tokens_per_s",
