@@ -90,14 +90,35 @@ def test_gpu_path_writes_a_parseable_profile(monkeypatch, tmp_path):
     out = tmp_path / "gpu.yaml"
     assert measure_gpu.main(["--out", str(out), "--peak-bf16-tflops", "989", "--peak-hbm-bandwidth", "4.8 TB/s"]) == 0
     profile = yaml.safe_load(out.read_text())
-    gpu = profile["gpu"]
+    gpu, raw = profile["gpu"], profile["measured"]["raw"]
     assert gpu["name"] == "Fake GPU"
-    assert set(gpu["achievable"]) == {"matmul", "hbm_bandwidth"}
-    assert parse(gpu["measured_matmul_flops"], "flops") > 0
-    assert parse(gpu["measured_hbm_bandwidth"], "bandwidth") > 0
+    assert set(gpu["achievable"]) == {"matmul", "hbm"}
+    assert parse(raw["matmul_flops_best"], "flops") > 0
+    assert parse(raw["hbm_copy_bandwidth"], "bandwidth") > 0
     assert parse(gpu["launch_overhead"], "time") > 0
-    assert sorted(gpu["d2h_latency_pinned"]) == list(measure_gpu.D2H_BATCHES)
-    assert sorted(gpu["d2h_latency_pageable"]) == list(measure_gpu.D2H_BATCHES)  # not vacuous below
-    assert all(parse(v, "time") > 0 for v in gpu["d2h_latency_pageable"].values())
+    assert sorted(raw["d2h_latency_pinned"]) == list(measure_gpu.D2H_BATCHES)
+    assert sorted(raw["d2h_latency_pageable"]) == list(measure_gpu.D2H_BATCHES)  # not vacuous below
+    assert all(parse(v, "time") > 0 for v in raw["d2h_latency_pageable"].values())
     assert profile["measured"]["driver"] == "550.00" and "--peak-bf16-tflops" in profile["measured"]["command"]
-    assert parse(profile["measured"]["raw"]["graph_tiny_kernel"], "time") > 0
+    assert parse(raw["graph_tiny_kernel"], "time") > 0
+
+
+def test_a_measured_profile_loads_as_hardware_gpu(monkeypatch, tmp_path):
+    """What measure-gpu writes runs as ``hardware.gpu: <file>``: its figures over the catalog GPU it is."""
+    import simulator as sim
+
+    monkeypatch.setattr(measure_gpu, "_load_torch", _fake_torch)
+    monkeypatch.setattr(measure_gpu, "_events_per_call", lambda *a, **k: 0.01)  # 10 ms a call: fractions < 1
+    out = tmp_path / "gpu.yaml"
+    assert measure_gpu.main(["--out", str(out), "--peak-bf16-tflops", "989", "--peak-hbm-bandwidth", "4.8 TB/s",
+                             "--base", "h200"]) == 0
+    sc = sim.load_scenario({"hardware": {"gpu": str(out)}, "workload": {"requests": 2}})
+    assert sc.hardware.gpu.name == "Fake GPU" and sc.hardware.gpu.memory == parse("141 GB", "bytes")
+    assert sc.hardware.gpu.measured["driver"]
+
+
+@pytest.mark.parametrize("name, base", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+                                        ("NVIDIA A100-PCIE-40GB", "a100-pcie-80g"), ("NVIDIA L40S", "l40s"),
+                                        ("Some GPU", None)])
+def test_the_catalog_base_is_guessed_from_the_device_name(name, base):
+    assert measure_gpu.catalog_base(name) == base

@@ -153,11 +153,24 @@ def _driver_version() -> str:
         return "unknown"
 
 
+#: Device-name fragments -> the catalog GPU a measured profile builds on (first match wins).
+CATALOG_BASES = (("H200", "h200"), ("H100", "h100-sxm"), ("H800", "h800"), ("B200", "b200"),
+                 ("A100-PCIE", "a100-pcie-80g"), ("A100", "a100-sxm-80g"), ("L40S", "l40s"), ("L40", "l40"),
+                 ("L20", "l20"), ("MI300X", "mi300x"))
+
+
+def catalog_base(device_name: str) -> str | None:
+    """The catalog GPU a device of this name is (None when the name matches none)."""
+    upper = device_name.upper().replace(" ", "-")
+    return next((base for frag, base in CATALOG_BASES if frag in upper), None)
+
+
 def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth: float | None = None,
-                command: str = "") -> dict:
+                command: str = "", base: str | None = None) -> dict:
     """Run every measurement on the current CUDA device; return the profile (values as unit strings)."""
     started = time.perf_counter()
     name = torch.cuda.get_device_name()
+    base = base or catalog_base(name)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     matmul = measure_matmul(torch)
     hbm = measure_hbm_copy(torch)
@@ -171,26 +184,23 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
     if peak_bf16_flops:
         achievable["matmul"] = round(best_flops / peak_bf16_flops, 4)
     if peak_hbm_bandwidth:
-        achievable["hbm_bandwidth"] = round(hbm / peak_hbm_bandwidth, 4)
+        achievable["hbm"] = round(hbm / peak_hbm_bandwidth, 4)
 
-    gpu = {"name": name}
+    # A loadable GPU profile (``hardware.gpu: this file``): the measured figures over the catalog
+    # entry of the same GPU (``base``), which supplies what is not measured (peaks, memory, links).
+    gpu = {"base": base} if base else {}
+    gpu["name"] = name
     if achievable:
         gpu["achievable"] = achievable
-    gpu.update({
-        "measured_matmul_flops": _fmt(best_flops, "FLOPS"),
-        "measured_hbm_bandwidth": _fmt(hbm, "B/s"),
-        "d2h_latency_pinned": {b: fmt_time(s) for b, s in d2h_pinned.items()},
-        "d2h_latency_pageable": {b: fmt_time(s) for b, s in d2h_pageable.items()},
-        "launch_overhead": fmt_time(launch["wall"]),
-    })
+    gpu["launch_overhead"] = fmt_time(launch["wall"])
     measured = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "gpu": name,
         "memory": f"{props.total_memory / 2**30:.1f} GiB",
         "multiprocessors": props.multi_processor_count,
         "driver": _driver_version(),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "torch": str(torch.__version__),  # a TorchVersion (a str subclass safe_dump cannot write)
         "python": platform.python_version(),
         "hostname": platform.node(),
         "command": command,
@@ -203,6 +213,10 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
             "launch_host_issue": fmt_time(launch["host_issue"]),
             "launch_wall": fmt_time(launch["wall"]),
             "graph_tiny_kernel": fmt_time(graph_kernel),
+            "matmul_flops_best": _fmt(best_flops, "FLOPS"),
+            "hbm_copy_bandwidth": _fmt(hbm, "B/s"),
+            "d2h_latency_pinned": {b: fmt_time(s) for b, s in d2h_pinned.items()},
+            "d2h_latency_pageable": {b: fmt_time(s) for b, s in d2h_pageable.items()},
         },
     }
     if peak_bf16_flops:
@@ -220,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="datasheet dense BF16 peak, to report the achievable fraction")
     parser.add_argument("--peak-hbm-bandwidth", default=None,
                         help='datasheet HBM bandwidth, e.g. "4.8 TB/s", to report the achievable fraction')
+    parser.add_argument("--base", default=None,
+                        help="the catalog GPU the profile builds on (default: guessed from the device name)")
     args = parser.parse_args(argv)
 
     torch = _load_torch()
@@ -234,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         peak_bf16_flops=args.peak_bf16_tflops * 1e12 if args.peak_bf16_tflops else None,
         peak_hbm_bandwidth=parse(args.peak_hbm_bandwidth, "bandwidth") if args.peak_hbm_bandwidth else None,
         command=" ".join(["python -m simulator.calibrate.measure_gpu", *argv]),
+        base=args.base,
     )
     Path(args.out).write_text(yaml.safe_dump(profile, sort_keys=False))
     print(yaml.safe_dump({"gpu": profile["gpu"]}, sort_keys=False), end="")
