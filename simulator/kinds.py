@@ -60,7 +60,7 @@ class Kind:
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("llm", scenario_at="config.models:LLMScenario", simulate_at="pipelines.llm.serving:simulate",
          summary_at="observe.summaries:LLMSummary", format_at="report.text:format_llm",
-         catalogs=("llms",), default_model="llama-3-8b", check_at="pipelines.llm.serving:check_parallel"),
+         catalogs=("llms",), default_model="llama-3-8b", check_at="pipelines.llm.pools:check_parallel"),
     Kind("dit", scenario_at="config.dit_models:DiTScenario", simulate_at="pipelines.dit:simulate",
          summary_at="observe.summaries:DiTSummary", format_at="report.dit_text:format_dit",
          catalogs=("dits",)),

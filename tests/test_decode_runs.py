@@ -109,7 +109,7 @@ def test_ineligible_setups_step_one_by_one(change, coalesced):
 
 @pytest.mark.parametrize("model, tp, pp", [("llama-2-7b", 1, 1), ("mixtral-8x7b", 2, 1), ("llama-2-70b", 4, 2)])
 def test_decode_compute_is_the_step_cost_to_the_last_bit(model, tp, pp):
-    from simulator.pipelines.llm.serving import build_cost
+    from simulator.pipelines.llm.pools import build_cost
 
     cost = build_cost(load_scenario({"model": model, "parallel": {"tp": tp, "pp": pp},
                                      "workload": {"prompt_tokens": 100, "output_tokens": 10}}))

@@ -17,7 +17,7 @@ from simulator.hardware.topology import LinkParams, Topology
 from simulator.pipelines.llm.engine import Engine
 from simulator.pipelines.llm.frontend import Frontend
 from simulator.pipelines.llm.links import SAMPLED_ID_BYTES, ReplicaLinks
-from simulator.pipelines.llm.serving import build_cost
+from simulator.pipelines.llm.pools import build_cost
 
 PCIE = LinkParams(bandwidth=25e9, latency=5e-6, name="pcie")
 NV = LinkParams(bandwidth=400e9, latency=2e-6, name="nvlink", allreduce_bandwidth=300e9)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import simulator
 from simulator.config.loader import load_scenario
 from simulator.observe import llm_metrics
-from simulator.pipelines.llm.serving import build_cost
+from simulator.pipelines.llm.pools import build_cost
 
 BASE = {
     "model": "llama-3-8b",

@@ -14,7 +14,7 @@ from simulator.config.models import GPUSpec, LLMParallel, Serving
 from simulator.hardware.allreduce import ALLREDUCE_POLICIES, MIB, AllReduceLink, VLLMAllReduce
 from simulator.hardware.gpu import GEMM_MAINLOOPS, GPU
 from simulator.hardware.ops import Op
-from simulator.pipelines.llm.serving import build_cost
+from simulator.pipelines.llm.pools import build_cost
 from simulator.workloads.llm import KERNELS_PER_LAYER, LAYER_KERNELS, KERNELS_PER_STEP
 
 

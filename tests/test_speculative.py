@@ -12,7 +12,7 @@ import pytest
 
 import simulator as sim
 from simulator.errors import ConfigError
-from simulator.pipelines.llm import serving
+from simulator.pipelines.llm import pools, serving
 from simulator.pipelines.llm.scheduler import Scheduler
 from simulator.pipelines.llm.speculative import SPEC_METHODS, NgramProposer, alpha_for, expected_tokens
 from simulator.validate import discover
@@ -74,7 +74,7 @@ def test_a_verify_steps_gpu_time_is_the_target_over_k_plus_one_tokens_per_reques
 def test_a_draft_model_adds_its_passes_to_each_step():
     over = {"serving.speculative": {"method": "draft", "draft_model": "qwama-0.5b", "tokens": K, "acceptance": 1.0}}
     sc = sim.load_scenario(BASE, overrides=over)
-    target = serving.build_cost(sc)
+    target = pools.build_cost(sc)
     proposer = SPEC_METHODS["draft"].build(sc, target)
     comp = np.array([100])
     first = proposer.cost.step(100 + K + 1, 1, (), 1, decode_queries=K + 1).compute
@@ -87,7 +87,7 @@ def test_a_draft_model_adds_its_passes_to_each_step():
 
 def test_an_eagle_head_costs_one_target_layer_and_the_lm_head_per_pass():
     sc = sim.load_scenario(BASE, overrides={"serving.speculative": {"method": "eagle", "tokens": K}})
-    target = serving.build_cost(sc)
+    target = pools.build_cost(sc)
     head = SPEC_METHODS["eagle"].build(sc, target).cost
     assert head.shape.layers == 1 and head.shape.hidden == target.shape.hidden
     assert head.head_time(8) == target.head_time(8)
@@ -189,10 +189,10 @@ def test_the_validation_family_carries_the_reference_csvs_figures():
 def test_the_drafters_weights_and_kv_cache_take_from_the_kv_pool():
     sc = sim.load_scenario(BASE, overrides={"serving.speculative": {"method": "draft", "draft_model": "qwama-0.5b",
                                                                     "tokens": K}})
-    target = serving.build_cost(sc)
+    target = pools.build_cost(sc)
     draft = SPEC_METHODS["draft"].build(sc, target).cost
-    plain_blocks, _ = serving.kv_capacity(sim.load_scenario(BASE, overrides={"serving.speculative": None}), target)
-    blocks, memory = serving.kv_capacity(sc, target)
+    plain_blocks, _ = pools.kv_capacity(sim.load_scenario(BASE, overrides={"serving.speculative": None}), target)
+    blocks, memory = pools.kv_capacity(sc, target)
     assert memory["weights_gib"] * 2**30 == pytest.approx(target.weight_bytes_per_gpu() + draft.weight_bytes_per_gpu())
     per_block = (target.kv_bytes_per_token_per_gpu() + draft.kv_bytes_per_token_per_gpu()) * 16
     assert blocks == int((memory["kv_cache_gib"] * 2**30) // per_block) < plain_blocks

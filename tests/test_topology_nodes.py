@@ -113,7 +113,7 @@ def test_tensor_parallel_traffic_on_a_pcie_box_shows_on_switch_and_socket_tracks
 
 
 def test_tensor_parallel_all_reduce_on_a_node_type_is_the_plan_nccl_picks():
-    from simulator.pipelines.llm.serving import build_cost
+    from simulator.pipelines.llm.pools import build_cost
 
     sc = load_scenario({"model": "llama-3-8b", "hardware": {"node": "pcie-8xl40s"},
                         "parallel": {"tp": 8, "allreduce": "nccl"}})

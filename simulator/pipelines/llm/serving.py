@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 import simpy
 
 from ...config.models import upper_tokens
-from ...errors import ConfigError
 from ...hardware.cpu import CorePool, CPUProcess
-from ...hardware.allreduce import allreduce_link
-from ...hardware.gpu import GPU
 from ...hardware.topology import LinkParams, Topology
 from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
@@ -20,9 +14,8 @@ from ...observe.result import Result
 from ...observe.spans import SpanRecorder
 from ...observe.stats import stats as stats_of
 from ...observe.token_ledger import TokenLedger
-from ...units import fmt_bytes
 from ...workloads.arrivals import make_requests
-from ...workloads.llm import DecodeAttentionKernel, LLMCostModel, LLMShape
+from ...workloads.llm import LLMCostModel
 from ..health import assess, overload_warning, was_cut
 from .decode_runs import DecodeRuns
 from .engine import Engine, Records, Replica, RequestTable
@@ -33,105 +26,11 @@ from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
 from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
-from .speculative import SPEC_METHODS, SpecDecoder, merged_stats as spec_stats
+from .pools import DoesNotFit, PoolPlan, check_fit, check_parallel, plan_pools
+from .speculative import SpecDecoder, merged_stats as spec_stats
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
                 "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def check_parallel(scenario) -> None:
-    """TP must split the heads evenly; a replica's GPUs beyond one node need a node link."""
-    m, p, hw = scenario.model, scenario.parallel, scenario.hardware
-    if m.heads % p.tp:
-        raise ConfigError(f"tp={p.tp} does not divide the {m.heads} attention heads of {m.name}; "
-                          f"use one of {', '.join(map(str, _divisors(m.heads)))}", path="parallel.tp")
-    if m.kv_heads % p.tp and p.tp % m.kv_heads:
-        raise ConfigError(f"tp={p.tp} neither divides nor is a multiple of the {m.kv_heads} KV heads",
-                          path="parallel.tp")
-    if p.pp > m.layers:
-        raise ConfigError(f"pp={p.pp} exceeds the model's {m.layers} layers", path="parallel.pp")
-    if p.tp * p.pp > hw.gpus_per_node and hw.node_link is None:
-        raise ConfigError(f"a replica needs {p.tp * p.pp} GPUs but a node has {hw.gpus_per_node}; "
-                          "set hardware.node_link (e.g. ib-400g)", path="hardware.node_link")
-
-
-class DoesNotFit(Exception):
-    """A layout whose model, activations or longest request do not fit in GPU memory: an outcome of
-    the run (``status: oom``, as for DiT layouts), not an input error, so a sweep keeps its row."""
-
-    def __init__(self, message: str, key: str, memory: dict):
-        super().__init__(message)
-        self.message, self.key, self.memory = message, key, memory
-
-
-def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
-    """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit."""
-    sv, gpu = scenario.serving, scenario.hardware.gpu
-    weights = cost.weight_bytes_per_gpu()
-    kv_token = cost.kv_bytes_per_token_per_gpu()
-    if sv.speculative is not None:  # the drafter's weights and KV cache share the GPUs' memory
-        drafter_weights, drafter_kv = SPEC_METHODS[sv.speculative.method].build(scenario, cost).memory()
-        weights += drafter_weights
-        kv_token += drafter_kv
-    act = cost.peak_activation_bytes(sv.max_batched_tokens, sv.max_batch)
-    act_logits = cost.peak_activation_bytes(0, sv.max_batch)
-    act_tokens = act - act_logits
-    usable = gpu.memory * sv.gpu_memory_utilization
-    kv_bytes = usable - weights - act
-    memory = {"weights_gib": weights / 2**30, "activations_gib": act / 2**30,
-              "kv_cache_gib": max(kv_bytes, 0) / 2**30, "capacity_gib": gpu.memory / 2**30}
-    if kv_bytes <= 0:
-        budget = f"exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}"
-        if weights >= usable:
-            raise DoesNotFit(f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights per GPU {budget}; "
-                             "raise parallel.tp or parallel.pp, or use a larger GPU", "hardware.gpu.memory", memory)
-        # the weights fit: the batch's activations (sized by the token budget and the batch) tip it over
-        key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
-        raise DoesNotFit(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
-                         f"lower {key}, raise parallel.tp, or use a larger GPU", key, memory)
-    per_block = kv_token * sv.block_size
-    return int(kv_bytes // per_block), memory
-
-
-def check_requests_fit(scenario, kv_blocks: int, longest: int, longest_prompt: int, key: str, memory: dict) -> None:
-    """Every request must be able to run alone: its prompt and output fit the KV cache and the batch budget.
-
-    ``longest`` / ``longest_prompt`` bound the workload's requests; ``key`` is where they come from.
-    """
-    sv = scenario.serving
-    blocks = math.ceil(longest / sv.block_size)
-    if blocks > kv_blocks:
-        raise DoesNotFit(f"a request of {longest} tokens needs {blocks} KV blocks but the cache holds "
-                         f"{kv_blocks}; lower the token counts or add GPUs", key, memory)
-    if not sv.chunked_prefill and longest_prompt > sv.max_batched_tokens:
-        raise ConfigError(f"prompts of up to {longest_prompt} tokens exceed max_batched_tokens="
-                          f"{sv.max_batched_tokens} without chunked prefill; set serving.chunked_prefill: true",
-                          path="serving.max_batched_tokens")
-
-
-def build_cost(scenario) -> LLMCostModel:
-    """The step-cost model of one replica (its closed-form communication on the GPUs' peer link)."""
-    hw, p = scenario.hardware, scenario.parallel
-    spec = hw.gpu_link or hw.host_link
-    link = LinkParams.from_spec(spec)
-    gpu = GPU.from_spec(hw.gpu)
-    attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
-    return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
-                        link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention)
-
-
-def _tp_group(scenario):
-    """Replica 0's TP group as NCCL sees it on the node type's topology (None without a node type)."""
-    hw, p = scenario.hardware, scenario.parallel
-    if hw.node is None or p.tp < 2:
-        return None
-    from ...hardware.nccl import group_on
-
-    return group_on(hw, range(p.tp))
 
 
 def _oom_result(scenario, exc: DoesNotFit) -> Result:
@@ -144,77 +43,6 @@ def _oom_result(scenario, exc: DoesNotFit) -> Result:
     empty = pd.DataFrame(index=pd.RangeIndex(0, name="request"))
     return Result("llm", scenario, summary, empty, empty.copy(),
                   pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
-
-
-@dataclass
-class PoolPlan:
-    """One pool of engine replicas: ``role`` both (co-located), prefill or decode; the scenario
-    with the pool's parallelism; its step-cost model and KV blocks per replica; where its
-    replicas and GPUs start in the deployment's numbering."""
-
-    role: str
-    scenario: object
-    cost: LLMCostModel
-    kv_blocks: int
-    memory: dict
-    first_replica: int = 0
-    first_gpu: int = 0
-
-    @property
-    def replicas(self) -> int:
-        return self.scenario.parallel.replicas
-
-    @property
-    def gpus_per_replica(self) -> int:
-        p = self.scenario.parallel
-        return p.tp * p.pp
-
-
-def plan_pools(scenario) -> list[PoolPlan]:
-    """The deployment's pools: one co-located pool, or a prefill and a decode pool. A co-located
-    layout that does not fit raises DoesNotFit (a run outcome); a disaggregated pool that does
-    not fit is a configuration error naming the pool."""
-    dis = scenario.disaggregation
-    if dis is None:
-        cost = build_cost(scenario)
-        kv_blocks, memory = kv_capacity(scenario, cost)
-        return [PoolPlan("both", scenario, cost, kv_blocks, memory)]
-    plans, replica, gpu = [], 0, 0
-    for role, pool in (("prefill", dis.prefill), ("decode", dis.decode)):
-        key = f"disaggregation.{role}"
-        scn = scenario.model_copy(update={"parallel": scenario.parallel.model_copy(
-            update={"tp": pool.tp, "replicas": pool.replicas})})
-        try:
-            check_parallel(scn)
-        except ConfigError as exc:
-            raise ConfigError(exc.message, path=f"{key}.tp") from None
-        cost = build_cost(scn)
-        try:
-            kv_blocks, memory = kv_capacity(scn, cost)
-        except DoesNotFit as exc:
-            message = exc.message.replace("raise parallel.tp or parallel.pp", f"raise {key}.tp")
-            raise ConfigError(f"the {role} pool has no memory for the KV cache: {message}", path=f"{key}.tp") from None
-        plans.append(PoolPlan(role, scn, cost, kv_blocks, memory, replica, gpu))
-        replica += pool.replicas
-        gpu += pool.replicas * pool.tp
-    return plans
-
-
-def check_fit(plans: list[PoolPlan], longest: int, longest_prompt: int, key: str) -> None:
-    """Every request fits every pool it passes through (a prefill pool holds only the prompt): the
-    longest request (``longest`` tokens, ``longest_prompt`` of them prompt) must fit a replica's KV
-    cache. Raises DoesNotFit naming ``key`` (or a ConfigError at a disaggregated pool's ``tp``).
-    Public: the request pipeline's llm deployments check their calls with it too."""
-    for plan in plans:
-        total = longest_prompt if plan.role == "prefill" else longest
-        if plan.role == "both":
-            check_requests_fit(plan.scenario, plan.kv_blocks, total, longest_prompt, key, plan.memory)
-            continue
-        try:
-            check_requests_fit(plan.scenario, plan.kv_blocks, total, longest_prompt, key, plan.memory)
-        except DoesNotFit as exc:
-            raise ConfigError(f"the {plan.role} pool has no memory for the KV cache: {exc.message}",
-                              path=f"disaggregation.{plan.role}.tp") from None
 
 
 def simulate(scenario):

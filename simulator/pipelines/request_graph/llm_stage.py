@@ -40,7 +40,8 @@ import numpy as np
 from ...errors import ConfigError
 from ...workloads.arrivals import RequestSpecs, sample_tokens
 from ...workloads.prefix import PrefixIds
-from ..llm.serving import DoesNotFit, build_serving, check_fit, plan_pools
+from ..llm.pools import DoesNotFit, check_fit, plan_pools
+from ..llm.serving import build_serving
 
 
 def resource_track(resource: str, track: str) -> str:

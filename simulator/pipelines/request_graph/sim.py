@@ -148,8 +148,8 @@ class Run:
 
 def check(sc: PipelineScenario) -> None:
     """What the layouts decide before simulating: each llm resource's parallel layout
-    (``pipelines.llm.serving.check_parallel``), reported at the resource's keys."""
-    from ..llm.serving import check_parallel
+    (``pipelines.llm.pools.check_parallel``), reported at the resource's keys."""
+    from ..llm.pools import check_parallel
 
     for name, res in sc.resources.items():
         if res.kind == "llm":
