@@ -31,7 +31,7 @@ def test_one_transfer_takes_latency_plus_bytes_over_the_links_bandwidth():
     s = system(scenario(**{"workload.requests": 1}))
     t, link = s.table, s.handoff.link
     nbytes = 2000 * 2 * 32 * 8 * 128 * 2  # prompt x K,V x layers x KV heads x head dim x bf16
-    assert s.handoff.transfer_bytes(0, 0.0) == nbytes
+    assert s.handoff.transfer_bytes(0, 0.0, link.bandwidth) == nbytes
     assert t.kv_end[0] - t.kv_start[0] == pytest.approx(link.latency + nbytes / link.bandwidth, rel=1e-12)
     # the transfer starts after the prefill replica's step and ends before the decode replica's first
     decode = s.engines[1]

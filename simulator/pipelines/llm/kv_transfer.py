@@ -47,22 +47,21 @@ class KVHandoff:
             self.decode[k].outstanding += 1  # routed now: the router sees it while its KV is on the way
             self.env.process(self._transfer(src, rid, self.decode[k], step.g1 - step.g0))
 
-    def transfer_bytes(self, rid: int, overlap: float) -> float:
+    def transfer_bytes(self, rid: int, overlap: float, rate: float) -> float:
         """Bytes still to send when the prefill ends: all of them, or with layer-by-layer sending
-        what the link could not carry while the step's other layers were computed (at least the
-        last layer's)."""
+        what the route (``rate``: its narrowest port) could not carry while the step's other layers
+        were computed (at least the last layer's)."""
         total = self.bytes_per_token * float(self.table.prompt[rid])
         if not self.layerwise:
             return total
-        rate = self.link.bandwidth if self.link is not None else self.topo.peer_link.bandwidth
         sent = rate * overlap * (self.layers - 1) / self.layers
         return max(total / self.layers, total - sent)
 
     def _transfer(self, src, rid: int, dst, overlap: float):
         t = self.table
-        nbytes = self.transfer_bytes(rid, overlap)
-        t.kv_start[rid] = self.env.now
         ports, latency = self.topo.kv_route(src.gpu_index, dst.gpu_index, self.link)
+        nbytes = self.transfer_bytes(rid, overlap, min(p.bandwidth for p in ports))
+        t.kv_start[rid] = self.env.now
         yield from self.topo.fabric.move(ports, nbytes, latency, f"kv r{rid}")
         self.bytes_sent += nbytes
         t.kv_end[rid] = self.env.now
