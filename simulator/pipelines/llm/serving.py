@@ -61,19 +61,18 @@ def simulate(scenario):
     except DoesNotFit as exc:
         return _oom_result(scenario, exc)
 
+    system = run_deployment(scenario, specs, plans)
+    return system.result(was_cut(system.env, scenario.max_sim_time))
+
+
+def run_deployment(scenario, specs=None, plans: list[PoolPlan] | None = None) -> "ServingSystem":
+    """Build a scenario's deployment, run its own workload (``specs``: drawn from it when None) to
+    the end and return it: :func:`simulate` reads its Result; a caller may look inside (its engines,
+    schedulers and request table), where a Result keeps only the metrics."""
+    if specs is None:
+        specs = make_requests(scenario.workload, np.random.default_rng(scenario.seed), scenario.model.context_length)
     env = simpy.Environment()
     system = build_serving(env, scenario, specs, plans, SpanRecorder(enabled=scenario.record_spans))
-    system.start_arrivals()
-    env.run(until=scenario.max_sim_time)
-    return system.result(was_cut(env, scenario.max_sim_time))
-
-
-def run_deployment(scenario) -> "ServingSystem":
-    """Build a scenario's deployment, run its own workload to the end and return it, for looking
-    inside (its engines, schedulers and request table) where a Result keeps only the metrics."""
-    specs = make_requests(scenario.workload, np.random.default_rng(scenario.seed), scenario.model.context_length)
-    env = simpy.Environment()
-    system = build_serving(env, scenario, specs, None, SpanRecorder(enabled=scenario.record_spans))
     system.start_arrivals()
     env.run(until=scenario.max_sim_time)
     return system
@@ -184,8 +183,7 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     if pool is None:
         pool = CorePool(hw.cpu_cores)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    table.prefix = getattr(specs, "prefix", None)
-    table.session = getattr(specs, "session", None)
+    table.prefix, table.session = specs.prefix, specs.session
     # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
     # disaggregated request's rows lie on two replicas far apart in steps: keep every row
     keep_rows = sv.detokenizer == "separate" or scenario.disaggregation is not None
