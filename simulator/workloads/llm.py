@@ -301,6 +301,8 @@ class LLMCostModel:
         self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
                       g.kernel_overhead)
         self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
+        self._decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2])
+        self._decode_base: dict[int, tuple[float, float]] = {}
 
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float,
@@ -383,18 +385,17 @@ class LLMCostModel:
             sampled = decode_requests + len(prefill_chunks)
         return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))
 
-    def decode_compute(self, decode_context: np.ndarray, decode_requests: np.ndarray) -> np.ndarray:
-        """``step(ctx, n).compute`` of decode-only steps, for arrays of steps at once: the same
-        arithmetic in the same order, so each element equals the scalar call's result."""
-        n = np.asarray(decode_requests)
-        ctx = np.asarray(decode_context, dtype=float)
-        flop, _, _, floor, _ = self._attn
-        d_kv, d_q, d_fixed = self._decode_attn
-        counts = n.tolist()  # both are memoized per batch size
-        lin = np.fromiter(map(self.linear_time, counts), dtype=float, count=len(counts))
-        head = np.fromiter(map(self.head_time, counts), dtype=float, count=len(counts))
-        attn = self.layers_per_stage * (np.maximum(np.maximum(ctx * flop, ctx * d_kv + n * d_q), floor) + d_fixed)
-        return self.pp * (lin + attn) + head
+    def decode_time(self, decode_context: float, decode_requests: int) -> float:
+        """``step(ctx, n).compute`` of a decode-only step, to the last bit: the same arithmetic in the
+        same order, in one call (a closed-form decode run asks it once per step)."""
+        base = self._decode_base.get(decode_requests)
+        if base is None:  # linear and head time are memoized per batch size
+            base = self._decode_base[decode_requests] = (self.linear_time(decode_requests),
+                                                         self.head_time(decode_requests))
+        ctx, n = decode_context, decode_requests
+        flop, d_kv, d_q, floor, d_fixed = self._decode_terms
+        return self.pp * (base[0] + self.layers_per_stage * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) \
+            + base[1]
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and

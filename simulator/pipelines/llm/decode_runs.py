@@ -1,117 +1,135 @@
-"""Runs of decode steps in closed form: K engine steps computed at once instead of one SimPy wake-up each.
+"""Runs of engine steps in closed form: K steps computed in one pass instead of one SimPy wake-up each.
 
-Between two events that change a batch (a request arriving, the budget or the KV cache running
-out, the horizon) an engine whose running requests all decode steps through a fixed sequence:
-each step's batch is the running set minus the requests that finished before it, its GPU time is
-the cost model's closed form of that batch, and every CPU process and port the step touches is
-used by this engine alone. So the whole run is known at its start: this module computes its steps'
-times with the same arithmetic, in the same order, as the step-by-step engine (a short scalar loop
-over the steps' time chain; numpy over the requests), records them as that engine would, and lets
-the engine sleep until the run's last step is done. Eligible only where that reasoning holds —
-synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
-workload, a GPU with no step communication, no CPU-core contention, no speculative decoding (a
-step's tokens per request are random draws) — anything else takes the
-step-by-step path, and a test compares both on real traces. With spans recorded, a run records the
-same spans in the same order.
+In an engine whose every step is a closed form of its batch (synchronous overlap, detokenization
+in the engine, every token streamed, one replica, an open-loop workload, a GPU with no step
+communication, no CPU-core contention, no speculative decoding, no prefix cache), nothing outside
+the engine changes its world but the requests arriving, and their arrival times are known. So a
+run of steps can be played forward at once: before each step, the requests whose tokenization has
+ended join the waiting queue; the step is scheduled as vLLM V1's scheduler would (the running
+decodes, the one partial prefill, then the waiting requests in order while the token budget, the
+batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
+arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
+chunks. This module computes those times with the same arithmetic, in the same order, as the
+step-by-step engine (a scalar loop over the steps' time chain, each request's state as counters:
+its decode start, its finish step, the step its KV needs a new block), records the run's tokens
+with numpy over steps x requests, and lets the engine sleep until the run's last step is done.
+
+A run ends before a step the closed form does not cover — a preemption (the blocks of the decodes
+do not fit), a partial prefill whose chunk finds no blocks, the horizon, nothing left to run —
+and the step-by-step path takes it; a test compares both on real traces (every request's times
+within 1 ns). Where a scenario's setup does not allow runs at all, every step is stepped. With
+spans recorded, a run records the same spans in the same order.
 """
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
-from ...observe.records import SENT
+from ...observe.records import PREFILL_ONLY, SENT
 from .links import SAMPLED_ID_BYTES
+
+MAX_STEPS = 256
+"""Steps in one run at most: what the token ledger's step ring and retirement lag allow for
+(``observe.token_ledger``); a longer stretch is several runs."""
 
 
 class DecodeRuns:
-    """Closed-form decode runs of one :class:`~simulator.pipelines.llm.engine.Engine`."""
+    """Closed-form runs of one :class:`~simulator.pipelines.llm.engine.Engine`."""
 
     def __init__(self, engine, frontend, horizon: float | None):
         self.e = engine
         self.fe = frontend
         self.horizon = float("inf") if horizon is None else horizon
-        self.shortest = 0.0  # the shortest step seen in a run: what bounds how many fit before an event
-        self.latest = 0.0    # the latest such step: a run is not tried where not even it would fit
 
     @staticmethod
     def eligible(engine, frontend, open_loop: bool, replicas: int) -> bool:
-        """Whether the engine's set-up allows runs at all (the per-run conditions come later)."""
+        """Whether the engine's set-up allows runs at all (the per-step conditions come later)."""
         sv = engine.sv
         cpu = engine.cpu
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
                 and sv.api_server_process == "own" and not cpu.has_ipc
-                and sv.multi_step == 1 and engine.sched.cache is None and engine.spec is None)
+                and sv.multi_step == 1 and engine.sched.cache is None and engine.spec is None
+                and sv.long_prefill_token_threshold == 0)
 
     def run(self) -> float | None:
-        """Commit the longest decode run that can start now; returns when its last step's output
-        was handed to the frontend (the time the engine's loop resumes), or None if no step of
-        the current state can run in closed form."""
-        eng, t = self.e, self.e.table
-        sched = eng.sched
-        if sched.waiting or not sched.running or len(sched.running) > eng.sv.max_batched_tokens:
+        """Commit the longest run of steps that can start now; returns when its last step's
+        outputs were handed to the frontend (the time the engine's loop resumes), or None if not
+        even the first step can be run in closed form."""
+        eng, fe, t, sched = self.e, self.fe, self.e.table, self.e.sched
+        sv = eng.sv
+        budget, bs = sv.max_batched_tokens, sv.block_size
+        running = sched.running
+        if len(running) > budget or (not running and not sched.waiting):
             return None
-        bound = min(self.fe.next_event(), self.horizon)  # nothing else may happen before this
-        room = bound - eng.env.now
-        if room <= self.shortest or room < 0.9 * self.latest:
-            return None  # one step would not fit before the next event (the run would be empty)
-        run = np.fromiter(sched.running, dtype=np.int64, count=len(sched.running))
-        comp0 = t.computed[run]
-        if (t.target[run] > comp0).any() or (t.sent[run] != t.generated[run]).any():
+        now = eng.env.now
+        if now >= self.horizon:
             return None
-        left = t.output[run] - t.generated[run]          # steps each request still decodes
-        # Plan no further than the steps that could fit (the rest is planned when this run ends).
-        fit = int(room / self.shortest) + 1 if self.shortest > 0 and room < float("inf") else 256
-        plan = self._plan(run, comp0, left, min(int(left.max()), fit, 256))
-        if plan is None:
+        run = np.fromiter(running, dtype=np.int64, count=len(running))
+        comp = t.computed[run]
+        target = t.target[run]
+        gen = t.generated[run]
+        if (t.sent[run] != gen).any() or (t.blocks[run] != -(-comp // bs)).any():
             return None
-        steps, active, n, ctx, used, blocks = plan
-        return self._commit(run, comp0, left, steps, active, n, ctx, used, blocks, bound)
+        partial = comp < target
+        if partial[:-1].any():
+            return None  # a partial prefill that is not the last running request: the general rule
+        return Run(self, run, comp, target, gen, bool(len(run) and partial[-1])).play(now)
 
-    def _plan(self, run, comp0, left, k_max: int):
-        """Up to ``k_max`` steps the KV cache allows: per step, who is active, the batch, the
-        context sum, the blocks in use after the step's allocation, and the blocks each step
-        allocates and frees."""
-        eng, t, sched = self.e, self.e.table, self.e.sched
+
+class Run:
+    """One run's state while it is played and recorded: the requests as slots in running order."""
+
+    def __init__(self, owner: DecodeRuns, run, comp, target, gen, last_partial: bool):
+        self.o = owner
+        eng = owner.e
+        t = eng.table
         bs = eng.sv.block_size
-        ks = np.arange(k_max)
-        active = left[None, :] > ks[:, None]                        # step x request
-        n = active.sum(axis=1)
-        comp_sum = (active * comp0[None, :]).sum(axis=1)
-        ctx = comp_sum.astype(float) + ks * n                      # computed tokens before each step
-        ctx = ctx + n                                               # ... plus the token each adds
-        blocks0 = t.blocks[run]
-        need0 = (comp0 + bs) // bs - blocks0                        # step 0: as the scheduler computes it
-        if (need0 < 0).any():
-            return None
-        # later steps: a request needs one more block when its computed count reaches a multiple
-        newblk = ((comp0[None, :] + ks[:, None]) % bs == 0) & active
-        newblk[0] = False
-        alloc = newblk.sum(axis=1)
-        alloc[0] = int(need0.sum())
-        # a request finishing at step k frees its blocks before step k+1 is scheduled
-        final_blocks = np.maximum(blocks0, (comp0 + left - 1 + bs) // bs)
-        freed = np.zeros(k_max + 1, dtype=np.int64)
-        ending = left <= k_max
-        np.add.at(freed, left[ending], final_blocks[ending])        # freed after step left-1, i.e. before step `left`
-        free_before = sched.kv_free - np.cumsum(alloc) + alloc + np.cumsum(freed[:k_max])
-        ok = alloc <= free_before
-        steps = k_max if ok.all() else int(np.argmin(ok))
-        if steps == 0:
-            return None
-        used = sched.kv_total - (free_before - alloc)
-        return steps, active, n, ctx, used, (alloc, freed)
+        ids = run.tolist()
+        n = len(ids) - last_partial
+        out = t.output[run]
+        # slots: every request of the run, in running order (those running, then those admitted)
+        self.rid = ids
+        self.c0 = comp.tolist()                           # computed tokens when it started decoding
+        self.s = [0] * n + [MAX_STEPS] * last_partial     # the step it started decoding
+        self.first = [0] * n + [MAX_STEPS] * last_partial  # its first emitting step in the run
+        self.last = (out[:n] - gen[:n] - 1).tolist() + [MAX_STEPS] * last_partial  # its last one
+        self.pre = [-1] * len(ids)                        # the step whose prefill it completed
+        self.gen0 = gen.tolist()                          # tokens generated before the run
+        self.api = t.api[run].tolist()
+        self.partial = n if last_partial else -1          # the slot of the partial prefill, if any
+        self.p_comp = int(comp[-1]) if last_partial else 0
+        self.p_target = int(target[-1]) if last_partial else 0
+        self.admitted_target: dict[int, int] = {}         # slot -> target of the requests admitted
+        rho = (-comp[:n]) % bs
+        self.rho = rho.tolist() + [0] * last_partial       # a decode needs a block at steps k = rho mod bs
+        self.cnt = np.bincount(rho, minlength=bs).tolist()  # decodes per rho
+        self.S = int(comp[:n].sum())                      # computed tokens of the decodes
+        self.nd = n
+        self.ending: dict[int, list[int]] = {}
+        for slot in np.flatnonzero(out[:n] - gen[:n] - 1 < MAX_STEPS).tolist():
+            self.ending.setdefault(self.last[slot], []).append(slot)
+        self.finished: list[int] = []                     # slots, in the order the frontend sees them
+        self.prefill_rows: list[tuple[int, int]] = []     # (step, request) of chunks that did not complete
+        nserv = len(owner.fe.servers)
+        self.nd_api = None
+        if nserv > 1:
+            self.nd_api = [0] * nserv
+            for j in self.api[:n]:
+                self.nd_api[j] += 1
 
-    def _commit(self, run, comp0, left, steps, active, n, ctx, used, blocks, bound):
-        """Walk the run's time chain, stop before the first step that would reach ``bound``, and
-        record the steps that fit as the step-by-step engine would. Every accumulator (busy time,
-        KV-time, bytes) grows by the same additions in the same order as there."""
-        eng, fe, t = self.e, self.fe, self.e.table
-        cpu, proc, cost = eng.cpu, eng.proc, eng.cost
-        compute = cost.decode_compute(ctx[:steps], n[:steps]).tolist()
-        nn = n[:steps].tolist()
-        used_l = used[:steps].tolist()
-        # scheduling and input preparation, per step and per request, summed as the engine sums them
+    def play(self, now: float) -> float | None:
+        """Walk the run's time chain step by step until a step the closed form does not cover;
+        record the steps played. Every accumulator (busy time, KV-time, bytes) grows by the same
+        additions in the same order as on the step-by-step path."""
+        o = self.o
+        eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
+        sv, cpu, cost = eng.sv, eng.cpu, eng.cost
+        budget, bs, max_batch, chunked = sv.max_batched_tokens, sv.block_size, sv.max_batch, sv.chunked_prefill
+        horizon = o.horizon
+        proc = eng.proc
         sps, spr, launch = cpu.schedule_per_step, cpu.schedule_per_request, eng.launch_cost
         pps, ppr = cpu.prepare_per_step, cpu.prepare_per_request
         dsf, dpt, opr = cpu.detokenize_step_fixed, cpu.detokenize_per_token, cpu.output_per_request
@@ -119,11 +137,11 @@ class DecodeRuns:
         bw_min = min(p.bandwidth for p in ports)
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
-        if len(servers) == 1:
-            counts = [nn]
-        else:
-            api = t.api[run]
-            counts = [(active[:steps] & (api == j)[None, :]).sum(axis=1).tolist() for j in range(len(servers))]
+        nserv = len(servers)
+        decode_time = cost.decode_time
+        prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
+        arr = arrival.values
+        n_req = t.n
         # the state the chain reads and the accumulators it grows, as locals
         free, p_busy, p_tasks = proc.free_at, proc.busy, proc.tasks
         rec = proc.recorder
@@ -131,109 +149,314 @@ class DecodeRuns:
         p_rbusy = rec.busy.get(p_track, 0.0) if rec is not None else 0.0
         gpu_free, gpu_busy, kv_sum, kv_peak = eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak
         gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
+        count_gap = not eng._after_idle
+        kv_free, kv_total = sched.kv_free, sched.kv_total
         sched_total = work_total = 0.0
-        stream_total = [0.0] * len(servers)
         frec = eng.links.fabric.recorder
         port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
                       for p in ports]
-        srv = [[sv.free_at, sv.busy, sv.tasks, sv.recorder.busy.get(sv.track, 0.0) if sv.recorder is not None
-                else 0.0] for sv in servers]
-        srv_start = [[] for _ in servers]
-        cols = [[] for _ in range(6)]  # a0, a1, g0, g1, d1, e
+        one_port = len(port_state) == 1
+        port_busy, port_bytes, port_rbusy = port_state[0] if one_port else (0.0, 0.0, 0.0)
+        srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorder.busy.get(sv_.track, 0.0)
+                if sv_.recorder is not None else 0.0] for sv_ in servers]
+        srv_start = [[] for _ in servers]  # per server after the first: when each step's stream task began
+        srv0 = srv[0]
+        stream_total = [0.0] * nserv
+        tok_total = [0.0] * nserv
+        rows = []  # per step: a0, a1, g0, g1, d1, e, batch, decodes, prefill tokens, KV blocks used
         spans = [] if rec is not None and rec.enabled else None  # (track, name, start, end, category)
-        first = eng.steps.size
+        s_tracks = [sv_.track for sv_ in servers]
         gpu_tracks = eng.gpu_tracks
-        s_tracks = [sv.track for sv in servers]
-        now = eng.env.now
-        shortest = self.shortest
+        first_step = eng.steps.size
+        waiting = sched.waiting
+        # arrivals: the next one the open loop has not handed over; tokenizations still to route
+        nxt = fe.next_rid
+        next_t = float(arr[nxt]) if nxt < n_req else float("inf")
+        routes = fe.take_routes()  # [(tok_end, seq, rid)], a heap
+        seq = len(routes)
+        rid_l, c0, s_l, first_l, last_l, pre_l = self.rid, self.c0, self.s, self.first, self.last, self.pre
+        gen0, api_l, cnt, rho, ending = self.gen0, self.api, self.cnt, self.rho, self.ending
+        nd_api = self.nd_api
+        S, nd = self.S, self.nd
+        P = self.partial
+        p_comp, p_target = self.p_comp, self.p_target
         k = 0
-        while k < steps:
-            nk = nn[k]
+        while k < MAX_STEPS:
             a0 = now
-            sched = sps + spr * nk + pps + ppr * nk
+            while routes and routes[0][0] <= a0:  # tokenized before this step: they join the queue
+                fe._route(heapq.heappop(routes)[2])
+            # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
+            nrun = nd + (P >= 0)
+            if nrun > budget:
+                break
+            alloc = cnt[k % bs]
+            if alloc > kv_free:
+                break  # the decodes' blocks do not fit: the step-by-step path preempts
+            free_kv = kv_free - alloc
+            left = budget - nd
+            pairs = []
+            p_take = 0
+            if P >= 0:
+                p_take = p_target - p_comp
+                if p_take > left:
+                    p_take = left
+                if p_take > 0:
+                    need = -(-(p_comp + p_take) // bs) - -(-p_comp // bs)  # beyond the blocks it holds
+                    if need > free_kv:
+                        break  # its chunk finds no blocks: the engine's deviation, stepped
+                    free_kv -= need
+                    left -= p_take
+                    pairs.append((p_comp, p_take))
+            admit = []
+            nw = len(waiting)
+            i = 0
+            while i < nw and left > 0 and nrun < max_batch:
+                rid = waiting[i]
+                target = int(prompt_col[rid] + gen_col[rid])
+                n = target
+                if not chunked and n > left:
+                    break
+                if n > left:
+                    n = left
+                need = -(-n // bs)
+                if need > free_kv:
+                    break
+                free_kv -= need
+                left -= n
+                nrun += 1
+                admit.append((rid, target, n))
+                pairs.append((0, n))
+                i += 1
+            if not nd and not pairs:
+                break  # nothing runs: the engine waits
+            # -- the step's composition and GPU time --
+            ctx = float(S) + nd
+            if pairs:
+                p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
+                ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
+                new_tokens = p_take + sum(n for _, _, n in admit)
+                nchunks = len(pairs)
+                sampled = nd + ncomp
+                compute = cost.step(ctx, nd, pairs, sampled).compute
+            else:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+                p_done = False
+                new_tokens = nchunks = 0
+                sampled = nd
+                compute = decode_time(ctx, nd)
+            batch = nd + nchunks
+            sched_c = sps + spr * batch + pps + ppr * batch
             start = a0 if a0 > free else free
-            launched = start + (sched + launch)
-            a1 = start + sched
+            launched = start + (sched_c + launch)
+            a1 = start + sched_c
             g0 = a1 if a1 > gpu_free else gpu_free
-            g1 = g0 + compute[k]
+            g1 = g0 + compute
             if launched > g1:
                 g1 = launched
             begin = (g1 if g1 > booked else booked) + lat
-            nbytes = SAMPLED_ID_BYTES * nk
-            secs = nbytes / bw_min
+            nbytes = SAMPLED_ID_BYTES * sampled
+            secs = nbytes / bw_min if nbytes > 0 else 0.0
             d1 = begin + secs
-            work = dsf + dpt * nk + opr * nk
-            s2 = d1 if d1 > launched else launched
-            e = s2 + work
-            if not e < bound:
+            t_done = a0 + (d1 - a0)  # the step's done event
+            if sampled:
+                work = dsf + dpt * sampled + opr * sampled
+                s2 = d1 if d1 > launched else launched
+                e = s2 + work
+                resume = t_done + (e - t_done) if e > t_done else t_done
+            else:
+                work = 0.0
+                e = resume = t_done
+            if not resume < horizon:
                 break
-            # the engine process: schedule+launch, then detokenize
-            sched_total += sched + launch
-            work_total += work
-            p_busy += sched + launch
+            # -- committed: the step's CPU, GPU and copy --
+            sched_total += sched_c + launch
+            p_busy += sched_c + launch
             p_tasks += 1
-            if sched + launch > 0:
+            if sched_c + launch > 0:
                 p_rbusy += launched - start
-            p_busy += work
-            p_tasks += 1
-            if work > 0:
-                p_rbusy += e - s2
-            free = e
-            # the GPU and the booked D2H copy (a run's steps follow one another: every gap counts)
-            gap = g0 - gpu_free
-            gap_sum += gap
-            gap_steps += 1
-            if gap > gap_max:
-                gap_max = gap
+            if sampled:
+                work_total += work
+                p_busy += work
+                p_tasks += 1
+                if work > 0:
+                    p_rbusy += e - s2
+                free = e
+            else:
+                free = launched
+            if count_gap:
+                gap = g0 - gpu_free
+                gap_sum += gap
+                gap_steps += 1
+                if gap > gap_max:
+                    gap_max = gap
+            count_gap = True
+            used = kv_total - free_kv
+            if used > kv_peak:
+                kv_peak = used
             gpu_free = g1
             gpu_busy += g1 - g0
-            kv_sum += used_l[k] * (g1 - g0)
-            if used_l[k] > kv_peak:
-                kv_peak = used_l[k]
-            booked = d1
-            for st in port_state:
-                st[0] += secs
-                st[1] += nbytes
-                st[2] += secs
-            # each API server serializes its requests' chunks at the detokenization's end
-            for j, state in enumerate(srv):
-                c = counts[j][k]
-                if c:
-                    dur = c * pc
-                    st = e if e > state[0] else state[0]
-                    state[0] = st + dur
-                    state[1] += dur
-                    stream_total[j] += dur
-                    state[2] += 1
-                    if dur > 0:
-                        state[3] += state[0] - st
-                    srv_start[j].append(st)
+            kv_sum += used * (g1 - g0)
+            if nbytes > 0:
+                booked = d1
+                if one_port:
+                    port_busy += secs
+                    port_bytes += nbytes
+                    port_rbusy += secs
                 else:
-                    srv_start[j].append(0.0)
-            for col, v in zip(cols, (a0, a1, g0, g1, d1, e)):
-                col.append(v)
+                    for st in port_state:
+                        st[0] += secs
+                        st[1] += nbytes
+                        st[2] += secs
             if spans is not None:
-                label = f"step {first + k} ({nk}d+0p)"
-                if sched + launch > 0:
+                label = f"step {first_step + k} ({nd}d+{new_tokens}p)"
+                if sched_c + launch > 0:
                     spans.append((p_track, "schedule+launch", start, launched, "cpu"))
-                spans.extend((g, label, g0, g1, "decode") for g in gpu_tracks)
+                category = "prefill" if nchunks else "decode"
+                spans.extend((g, label, g0, g1, category) for g in gpu_tracks)
                 if nbytes > 0:
                     spans.extend((p.track, "d2h", begin, d1, "link") for p in ports)
-                if work > 0:
-                    spans.append((p_track, "detokenize", s2, e, "cpu"))
-                for j, state in enumerate(srv):
-                    c = counts[j][k]
-                    if c and c * pc > 0:
-                        spans.append((s_tracks[j], "stream", srv_start[j][-1], state[0], "cpu"))
-            t_done = a0 + (d1 - a0)  # the step's done event; then the engine waits for e
-            now = t_done + (e - t_done) if e > t_done else t_done
-            if shortest == 0.0 or e - a0 < shortest:
-                shortest = e - a0
+            # -- the arrivals this step overlaps: tokenized on the API servers in time order --
+            detok_span = (p_track, "detokenize", s2, e, "cpu") if spans is not None and sampled and work > 0 else None
+            while next_t <= resume:
+                rid = nxt
+                arrival._reach(rid)
+                j, _, tok = fe.tokenize_cost(rid)
+                state = srv[j]
+                st = next_t if next_t > state[0] else state[0]
+                en = st + tok
+                state[0] = en
+                state[1] += tok
+                state[2] += 1
+                tok_total[j] += tok
+                if tok > 0:
+                    state[3] += en - st
+                    if spans is not None:
+                        if detok_span is not None and next_t > t_done:  # the detokenization began first
+                            spans.append(detok_span)
+                            detok_span = None
+                        spans.append((s_tracks[j], "tokenize", st, en, "cpu"))
+                t.api[rid] = j
+                t.tok_start[rid], t.tok_end[rid] = st, en
+                heapq.heappush(routes, (en, seq, rid))
+                seq += 1
+                nxt += 1
+                next_t = float(arr[nxt]) if nxt < n_req else float("inf")
+            if detok_span is not None:
+                spans.append(detok_span)
+            # -- the step's outputs: each API server serializes its requests' chunks at e --
+            if sampled and nserv == 1:  # the common case: one API server streams every chunk
+                dur = sampled * pc
+                st = e if e > srv0[0] else srv0[0]
+                srv0[0] = st + dur
+                srv0[1] += dur
+                stream_total[0] += dur
+                srv0[2] += 1
+                if dur > 0:
+                    srv0[3] += srv0[0] - st
+                    if spans is not None:
+                        spans.append((s_tracks[0], "stream", st, srv0[0], "cpu"))
+                st0 = st
+            elif sampled:
+                st0 = 0.0
+                for j in range(nserv):
+                    state = srv[j]
+                    c = nd_api[j] + (p_done and api_l[P] == j) + sum(
+                        1 for rid, target, n in admit if n >= target and rid % nserv == j)
+                    if c:
+                        dur = c * pc
+                        st = e if e > state[0] else state[0]
+                        state[0] = st + dur
+                        state[1] += dur
+                        stream_total[j] += dur
+                        state[2] += 1
+                        if dur > 0:
+                            state[3] += state[0] - st
+                            if spans is not None:
+                                spans.append((s_tracks[j], "stream", st, state[0], "cpu"))
+                    else:
+                        st = 0.0
+                    if j:
+                        srv_start[j].append(st)
+                    else:
+                        st0 = st
+            else:
+                st0 = 0.0
+                for j in range(1, nserv):
+                    srv_start[j].append(0.0)
+            rows.append((a0, a1, g0, g1, d1, e, st0, batch, nd, new_tokens, used))
+            # -- the requests' state after the step --
+            kv_free = free_kv
+            S += nd
+            for slot in ending.pop(k, ()):
+                nd -= 1
+                after = c0[slot] + k - s_l[slot] + 1
+                S -= after
+                cnt[rho[slot]] -= 1
+                kv_free += -(-after // bs)
+                self.finished.append(slot)
+                if nd_api is not None:
+                    nd_api[api_l[slot]] -= 1
+            joined = []  # slots that completed their prefill in this step
+            if P >= 0 and p_take > 0:
+                p_comp += p_take
+                if p_done:
+                    joined.append((P, p_target))
+                    P = -1
+                else:
+                    self.prefill_rows.append((k, rid_l[P]))
+            for rid, target, n in admit:
+                waiting.popleft()
+                slot = len(rid_l)
+                rid_l.append(rid)
+                gen0.append(int(gen_col[rid]))
+                api_l.append(int(t.api[rid]))
+                self.admitted_target[slot] = target
+                if n >= target:
+                    c0.append(target)
+                    s_l.append(k + 1)
+                    first_l.append(MAX_STEPS)
+                    last_l.append(MAX_STEPS)
+                    pre_l.append(-1)
+                    rho.append(0)
+                    joined.append((slot, target))
+                else:  # the budget's last tokens: the partial prefill, the last running request
+                    c0.append(n)
+                    s_l.append(MAX_STEPS)
+                    first_l.append(MAX_STEPS)
+                    last_l.append(MAX_STEPS)
+                    pre_l.append(-1)
+                    rho.append(0)
+                    P, p_comp, p_target = slot, n, target
+                    self.prefill_rows.append((k, rid))
+            for slot, target in joined:  # a completed prefill emits its first token in this step
+                first_l[slot] = k
+                pre_l[slot] = k
+                g = gen0[slot] + 1
+                out_left = int(t.output[rid_l[slot]]) - g
+                if out_left <= 0:  # its only token: it finishes here
+                    last_l[slot] = k
+                    s_l[slot] = k + 1
+                    c0[slot] = target
+                    kv_free += -(-target // bs)
+                    self.finished.append(slot)
+                    continue
+                c0[slot] = target
+                s_l[slot] = k + 1
+                r = (k + 1 - target) % bs
+                rho[slot] = r
+                cnt[r] += 1
+                nd += 1
+                S += target
+                last = k + out_left
+                last_l[slot] = last
+                ending.setdefault(last, []).append(slot)
+                if nd_api is not None:
+                    nd_api[api_l[slot]] += 1
+            now = resume
             k += 1
-        self.shortest = shortest
         if k == 0:
+            fe.give_back_routes(routes)
             return None
-        self.latest = cols[5][-1] - cols[0][-1]
+        # -- write the run back: the engine's, the processes' and the ports' accumulators --
         proc.free_at, proc.busy, proc.tasks = free, p_busy, p_tasks
         for label, total in (("schedule+launch", sched_total), ("detokenize", work_total)):
             proc.by_label[label] = proc.by_label.get(label, 0.0) + total
@@ -242,44 +465,63 @@ class DecodeRuns:
         if rec is not None:
             rec.busy[p_track] = p_rbusy
         eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak = gpu_free, gpu_busy, kv_sum, kv_peak
+        if one_port:
+            port_state[0] = [port_busy, port_bytes, port_rbusy]
         for p, (busy_time, moved, rbusy) in zip(ports, port_state):
             p.booked_until, p.busy_time, p.bytes_moved = booked, busy_time, moved
             if frec is not None:
                 frec.busy[p.track] = rbusy
-        for sv, (f, busy, tasks, rbusy), streamed in zip(servers, srv, stream_total):
-            sv.free_at, sv.busy, sv.tasks = f, busy, tasks
+        for sv_, (f, busy, tasks, rbusy), streamed, tokenized in zip(servers, srv, stream_total, tok_total):
+            sv_.free_at, sv_.busy, sv_.tasks = f, busy, tasks
             if streamed:
-                sv.by_label["stream"] = sv.by_label.get("stream", 0.0) + streamed
-            if sv.recorder is not None:
-                sv.recorder.busy[sv.track] = rbusy
+                sv_.by_label["stream"] = sv_.by_label.get("stream", 0.0) + streamed
+            if tokenized or "tokenize" in sv_.by_label:
+                sv_.by_label["tokenize"] = sv_.by_label.get("tokenize", 0.0) + tokenized
+            if sv_.recorder is not None:
+                sv_.recorder.busy[sv_.track] = rbusy
         if spans:
             for track, name, start, end, cat in spans:
                 rec.add_span_only(track, name, start, end, cat)
+        sched.kv_free = kv_free
+        fe.next_rid = nxt
+        fe.give_back_routes(routes)
+        self.p_comp, self.partial = p_comp, P
+        times = np.array(rows)  # k x 11, every column as floats (whole numbers exactly)
+        counts = times[:, 7:].astype(np.int64)
+        eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], g0=times[:, 2], g1=times[:, 3], comm=0.0, d1=times[:, 4],
+                         batch=counts[:, 0], decode=counts[:, 1], prefill_tokens=counts[:, 2])
         if eng.kv_steps is not None:
-            eng.kv_steps.extend(k, step=np.arange(first, first + k), kv=used[:k])
-        self._record(run, comp0, left, k, active, n, blocks, cols, srv_start)
+            eng.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=counts[:, 3])
+        srv_start[0] = times[:, 6]
+        self._record(k, first_step, times[:, 3], times[:, 5], srv_start)
         return now
 
-    def _record(self, run, comp0, left, k, active, n, blocks, cols, srv_start):
-        """The run's steps and tokens in the column stores, and the requests' and scheduler's state."""
-        eng, fe, t, sched = self.e, self.fe, self.e.table, self.e.sched
-        steps_col = eng.steps
-        first = steps_col.size
-        a0, a1, g0, g1, d1, e_arr = (np.array(c) for c in cols)
-        nk = n[:k]
-        steps_col.extend(k, a0=a0, a1=a1, g0=g0, g1=g1, comm=0.0, d1=d1, batch=nk, decode=nk, prefill_tokens=0)
+    def _record(self, k: int, first_step: int, g1, e_arr, srv_start) -> None:
+        """The run's tokens in the ledger, and the requests', the scheduler's and the engine's state."""
+        o = self.o
+        eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
+        bs = eng.sv.block_size
+        rid = np.asarray(self.rid, dtype=np.int64)
+        first = np.asarray(self.first, dtype=np.int64)
+        last = np.minimum(np.asarray(self.last, dtype=np.int64), k - 1)
+        if self.prefill_rows:
+            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*self.prefill_rows))
+            fe.rows.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY, e=g1[ps], R=g1[ps],
+                           tokens=0)
         # the tokens: step-major, each step's requests in running order (as the engine emits them)
-        act = active[:k]
+        ks = np.arange(k)[:, None]
+        act = (ks >= first[None, :]) & (ks <= last[None, :])
         step_of, col = np.nonzero(act)
-        req = run[col]
+        req = rid[col]
         pc = fe.cpu.stream_per_chunk
-        rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
-        if len(fe.servers) == 1:
+        nserv = len(fe.servers)
+        if nserv == 1:
+            rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
             serialized = np.array(srv_start[0])[step_of] + pc * rank[step_of, col]
         else:
             serialized = np.empty(len(req))
-            api = t.api[run]
-            for j in range(len(fe.servers)):
+            api = np.asarray(self.api, dtype=np.int64)
+            for j in range(nserv):
                 pos_j = np.cumsum(act & (api == j)[None, :], axis=1)
                 sel = api[col] == j
                 serialized[sel] = np.array(srv_start[j])[step_of[sel]] + pc * pos_j[step_of[sel], col[sel]]
@@ -288,28 +530,50 @@ class DecodeRuns:
         ntok = np.ones(len(req), dtype=np.int64)  # every token is sent as it is made
         received = (serialized + (client.latency + fsv.response_header_bytes / bw)
                     + ntok * (fsv.chunk_bytes_per_token / bw))
-        fe.rows.extend(len(req), req=req, step=first + step_of, prefill=0, kind=SENT, e=e_arr[step_of], R=received,
-                       tokens=ntok)
+        pre = np.asarray(self.pre, dtype=np.int64)
         # per-request state after the run
-        took = np.minimum(left, k)
-        t.computed[run] = comp0 + took
-        t.generated[run] += took
-        t.sent[run] = t.generated[run]
-        # each request's last row: its last step's first row plus its place in that step
-        step_rows = np.r_[0, np.cumsum(n[:k])[:-1]]
-        last_step = took - 1
-        t.last_R[run] = received[step_rows[last_step] + rank[last_step, np.arange(len(run))] - 1]
-        bs = eng.sv.block_size
-        done = left <= k
-        t.blocks[run] = np.maximum(t.blocks[run], (comp0 + took - 1 + bs) // bs)
-        alloc, _ = blocks
-        sched.kv_free -= int(alloc[:k].sum())
-        if done.any():
-            finished = run[done]
+        emitted = np.maximum(last - first + 1, 0)
+        gen0 = np.asarray(self.gen0, dtype=np.int64)
+        t.generated[rid] = gen0 + emitted
+        t.sent[rid] = gen0 + emitted
+        has = emitted > 0
+        if has.any():
+            # each emitting slot's last row: among the rows of its last step, its place there
+            step_rows = np.r_[0, np.cumsum(act.sum(axis=1))[:-1]]
+            rank_all = np.cumsum(act, axis=1)
+            idx = np.flatnonzero(has)
+            lr = step_rows[last[idx]] + rank_all[last[idx], idx] - 1
+            t.last_R[rid[idx]] = received[lr]
+            firsts = idx[(pre[idx] >= 0) & (gen0[idx] == 0)]
+            if len(firsts):
+                fr = step_rows[pre[firsts]] + rank_all[pre[firsts], firsts] - 1
+                t.first_R[rid[firsts]] = received[fr]
+        # the ledger folds rows against the requests' first receipts: the rows go after them
+        prefill = (step_of == pre[col]).astype(np.int8)
+        fe.rows.extend(len(req), req=req, step=first_step + step_of, prefill=prefill, kind=SENT, e=e_arr[step_of],
+                       R=received, tokens=ntok)
+        # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
+        s = np.asarray(self.s, dtype=np.int64)
+        c0 = np.asarray(self.c0, dtype=np.int64)
+        comp = np.where(s < MAX_STEPS, c0 + np.maximum(last + 1 - s, 0), c0)
+        if self.partial >= 0:
+            comp[self.partial] = self.p_comp
+        t.computed[rid] = comp
+        if self.admitted_target:
+            slots = np.fromiter(self.admitted_target, dtype=np.int64)
+            t.target[rid[slots]] = np.fromiter(self.admitted_target.values(), dtype=np.int64)
+        fin = np.asarray(self.finished, dtype=np.int64)
+        blocks = -(-comp // bs)
+        if len(fin):
+            blocks[fin] = 0
+        t.blocks[rid] = blocks
+        live = np.ones(len(rid), dtype=bool)
+        if len(fin):
+            live[fin] = False
+            finished = rid[fin]
             t.finished[finished] = True
-            sched.finish(finished)  # frees their blocks, as after each of their last steps
             eng.outstanding -= len(finished)
-            # in the order the frontend saw them finish: by step, then running order
-            order = np.lexsort((np.nonzero(done)[0], left[done]))
-            for rid, receipt in zip(finished[order].tolist(), t.last_R[finished[order]].tolist()):
-                fe.on_finish(rid, receipt)
+        sched.running = rid[live].tolist()
+        sched._run_arr = None
+        for r, receipt in zip(rid[fin].tolist(), t.last_R[rid[fin]].tolist()):
+            fe.on_finish(r, receipt)

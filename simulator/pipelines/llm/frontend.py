@@ -39,35 +39,54 @@ class Frontend:
         self.on_finish = on_finish
         self.engines = []
         self.router = ROUTERS[settings.router](table)
-        self.next_arrival = float("inf")  # the open-loop arrival the workload waits for (set by it)
-        self._routes: list[float] = []   # tokenizations that end in the future: when they route
+        self.next_rid = 0  # the open loop's next request: the workload's, or a decode run's that took it
+        self._pending: dict[int, float] = {}  # tokenizations that end in the future: request -> when it routes
 
-    def next_event(self) -> float:
-        """When the frontend next changes an engine's world: the next arrival or routing."""
-        return min(self.next_arrival, self._routes[0]) if self._routes else self.next_arrival
-
-    def arrive(self, rid: int) -> None:
-        """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
-        t, cpu = self.table, self.cpu
-        prompt = float(t.prompt[rid])
+    def tokenize_cost(self, rid: int) -> tuple[int, int | None, float]:
+        """Where request ``rid`` is parsed and tokenized and what it costs: (API server, replica
+        chosen on arrival or None, CPU seconds)."""
+        cpu = self.cpu
+        prompt = float(self.table.prompt[rid])
         cost = cpu.request_overhead + cpu.tokenize_per_token * prompt
         if self.sv.shared:
             j = k = self._pick(rid)  # API server j is replica j's engine process
         else:
             j, k = rid % len(self.servers), None
             cost += message_cost(cpu, 1, TOKEN_ID_BYTES * prompt)  # the request goes to the engine
+        return j, k, cost
+
+    def arrive(self, rid: int) -> None:
+        """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
+        t = self.table
+        j, k, cost = self.tokenize_cost(rid)
         t.api[rid] = j
         s, e = self.servers[j].submit(self.env.now, cost, "tokenize")
         t.tok_start[rid], t.tok_end[rid] = s, e
         if e > self.env.now:
-            heapq.heappush(self._routes, e)
-            self.env.timeout(e - self.env.now).callbacks.append(lambda _ev: self._route_later(rid, k))
+            self._route_at(rid, e, k)
         else:
             self._route(rid, k)
 
+    def _route_at(self, rid: int, at: float, k: int | None = None) -> None:
+        self._pending[rid] = at
+        self.env.timeout(at - self.env.now).callbacks.append(lambda _ev: self._route_later(rid, k))
+
     def _route_later(self, rid: int, k: int | None) -> None:
-        heapq.heappop(self._routes)
-        self._route(rid, k)
+        if self._pending.pop(rid, None) is not None:  # else a decode run routed it, or will again
+            self._route(rid, k)
+
+    def take_routes(self) -> list:
+        """The tokenizations not yet routed, for a decode run to route as its steps pass their
+        ends: a heap of (end, order, request)."""
+        routes = [(at, i, rid) for i, (rid, at) in enumerate(self._pending.items())]
+        self._pending.clear()
+        heapq.heapify(routes)
+        return routes
+
+    def give_back_routes(self, routes: list) -> None:
+        """What a decode run did not route: routed at their ends, in their order."""
+        for at, _, rid in sorted(routes):
+            self._route_at(rid, at)
 
     def _pick(self, rid: int) -> int:
         """The replica the router sends request ``rid`` to."""

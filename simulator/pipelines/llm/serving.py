@@ -120,13 +120,15 @@ class ServingSystem:
             return
 
         def open_loop():
-            for rid in range(table.n):
+            while frontend.next_rid < table.n:
+                rid = frontend.next_rid
                 wait = table.arrival[rid] - env.now
                 if wait > 0:
-                    frontend.next_arrival = env.now + wait
                     yield env.timeout(wait)
+                    if frontend.next_rid != rid:
+                        continue  # a decode run took it (and those after it) meanwhile
+                frontend.next_rid = rid + 1
                 frontend.arrive(rid)
-            frontend.next_arrival = float("inf")
 
         env.process(open_loop())
 
