@@ -50,6 +50,10 @@ class Columns:
     def __getitem__(self, key: str) -> np.ndarray:
         return self._data[key][: self.size]
 
+    def gather(self, index, keys) -> list:
+        """The rows ``index`` (an array of row numbers) of each of ``keys``."""
+        return [self._data[k][index] for k in keys]
+
     def drop(self, key: str) -> None:
         """Free a column that is no longer read."""
         del self._data[key]
@@ -98,6 +102,10 @@ class RingColumns(Columns):
 
     def __getitem__(self, key: str) -> "_RingView":
         return _RingView(self._data[key], self.capacity)
+
+    def gather(self, index, keys) -> list:
+        at = np.asarray(index) % self.capacity  # once for every column
+        return [self._data[k][at] for k in keys]
 
     def set(self, key: str, index: int, value) -> None:
         self._data[key][index % self.capacity] = value

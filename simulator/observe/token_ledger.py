@@ -228,70 +228,93 @@ class TokenLedger:
         w.release(hi)
 
     def _fold(self, req, step, prefill, kind, e, R, tokens) -> None:
-        t, st = self.table, self.steps
-        g1 = st["g1"][step]
-        d1 = np.where(kind == PREFILL_ONLY, g1, st["d1"][step])
-        first = np.r_[True, req[1:] != req[:-1]]
-        prev = np.maximum(np.arange(len(req)) - 1, 0)
-        seen = self.seen[req]
-        start = np.where(seen, self.prev_g1[req], t.tok_end[req])  # the window after the previous row
-        ws = np.where(first, start, g1[prev])
-        pd1 = np.where(first, np.where(seen, self.prev_d1[req], ws), d1[prev])
-        pe = np.where(first, np.where(seen, self.prev_e[req], ws), e[prev])
-        pR = np.where(first, np.where(seen, self.prev_R[req], ws), R[prev])
-        lower = np.nan_to_num(t.first_R[req], nan=np.inf)
-        cs = np.maximum(st["a0"][step], ws)
-        b1 = np.clip(pd1, ws, cs)
-        b2 = np.clip(pe, b1, cs)
-        b3 = np.clip(pR, b2, cs)
-        self._add("d2h", req, lower, (ws, b1))
-        self._add("detokenize", req, lower, (b1, b2))
-        self._add("stream", req, lower, (b2, b3))
-        c1 = np.clip(st["a1"][step], cs, g1)
-        c2 = np.clip(st["g0"][step], c1, g1)
-        self._add("queue", req, lower, (b3, cs), (c1, c2))
-        self._add("schedule", req, lower, (cs, c1))
-        bc = np.maximum(c2, g1 - st["comm"][step])
-        self._add("prefill", req[prefill], lower[prefill], (c2[prefill], bc[prefill]))
-        decode = ~prefill
-        self._add("decode", req[decode], lower[decode], (c2[decode], bc[decode]))
-        self._add("comm", req, lower, (bc, g1))
+        """Add rows (sorted by request, each request's in order) to their requests' totals: every
+        request's per-row values are summed by one ``reduceat`` over the requests' groups."""
+        t = self.table
+        a0, a1, g0, g1, comm, d1 = self.steps.gather(step, ("a0", "a1", "g0", "g1", "comm", "d1"))
+        d1 = np.where(kind == PREFILL_ONLY, g1, d1)
+        n = len(req)
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(req[1:], req[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        rf = req[starts]                            # each group's request
+        last = np.empty(n, dtype=bool)
+        last[:-1] = first[1:]
+        last[-1] = True
+        seen = self.seen[rf]
+        start = np.where(seen, self.prev_g1[rf], t.tok_end[rf])  # the window after the previous row
+
+        def after_previous(values, before):
+            """Each row's previous row's value: the request's previous row, or ``before`` at a group's first."""
+            out = np.empty(n)
+            out[1:] = values[:-1]
+            out[starts] = before
+            return out
+
+        ws = after_previous(g1, start)
+        pd1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
+        pe = after_previous(e, np.where(seen, self.prev_e[rf], start))
+        pR = after_previous(R, np.where(seen, self.prev_R[rf], start))
+        lower = np.repeat(np.nan_to_num(t.first_R[rf], nan=np.inf), np.diff(np.append(starts, n)))
+        cs = np.maximum(a0, ws)
+        b1 = np.minimum(np.maximum(pd1, ws), cs)
+        b2 = np.minimum(np.maximum(pe, b1), cs)
+        b3 = np.minimum(np.maximum(pR, b2), cs)
+        c1 = np.minimum(np.maximum(a1, cs), g1)
+        c2 = np.minimum(np.maximum(g0, c1), g1)
+        bc = np.maximum(c2, g1 - comm)
+        # per row: the eight categories' lengths, then the last mile's parts after the first token
+        parts = np.empty((11, n))
+
+        def length(row, begin, end):
+            np.subtract(end, begin, out=parts[row])
+            np.maximum(parts[row], 0.0, out=parts[row])
+
+        for row, (begin, end) in enumerate(((ws, b1), (b1, b2), (b2, b3), (b3, cs), (cs, c1), (c2, bc), (c2, bc),
+                                             (bc, g1))):
+            length(row, begin, end)
+        parts[3] += np.maximum(c2 - c1, 0.0)  # the queue's second part: behind an earlier step on the GPU
+        parts[5][~prefill] = 0.0
+        parts[6][prefill] = 0.0
+        for row, (begin, end) in zip((8, 9, 10), ((ws, b1), (b1, b2), (b2, b3))):
+            length(row, np.maximum(begin, lower), end)
+        sums = np.add.reduceat(parts, starts, axis=1)
+        for cat, total in zip(("d2h", "detokenize", "stream", "queue", "schedule", "prefill", "decode", "comm"), sums):
+            self.full[cat][rf] += total
+        for cat, total in zip(LLM_LAST_MILE, sums[8:]):
+            self.after[cat][rf] += total
         # each request's last row here becomes its previous row
-        last = np.r_[req[1:] != req[:-1], True]
         r_last = req[last]
         self.prev_g1[r_last], self.prev_d1[r_last] = g1[last], d1[last]
         self.prev_e[r_last], self.prev_R[r_last] = e[last], R[last]
-        first_r = req[first]
-        self.first_step[first_r] = np.minimum(self.first_step[first_r], step[first])
+        self.first_step[rf] = np.minimum(self.first_step[rf], step[starts])
         self.seen[r_last] = True
         self.last_step[r_last] = step[last]
         # inter-token gaps of the rows the client received: to the previous such row of the request
         sent = kind == SENT
-        if sent.any():
-            rs, Rs, ks = req[sent], R[sent], tokens[sent].astype(np.int64)
-            same = np.r_[False, rs[1:] == rs[:-1]]
-            before = np.where(same, np.r_[np.nan, Rs[:-1]], self.prev_sent[rs])
-            has = ~np.isnan(before)
-            self.gaps.extend(int(has.sum()), gap=(Rs - before)[has], req=rs[has])
-            np.add.at(self.zeros, rs, ks - 1)
-            lst = np.r_[rs[1:] != rs[:-1], True]
-            self.prev_sent[rs[lst]] = Rs[lst]
-
-    def _acc(self, arr, req, values) -> None:
-        """arr[r] += the sum of r's values, for sorted ``req`` (a subset of the fold's rows)."""
-        if not len(req):
+        if sent.all():  # the common case: the gaps are over the same groups
+            rs, Rs, ks, s_starts, s_last = req, R, tokens, starts, last
+        elif sent.any():
+            rs, Rs, ks = req[sent], R[sent], tokens[sent]
+            s_first = np.empty(len(rs), dtype=bool)
+            s_first[0] = True
+            np.not_equal(rs[1:], rs[:-1], out=s_first[1:])
+            s_starts = np.flatnonzero(s_first)
+            s_last = np.empty(len(rs), dtype=bool)
+            s_last[:-1] = s_first[1:]
+            s_last[-1] = True
+        else:
             return
-        starts = np.flatnonzero(np.r_[True, req[1:] != req[:-1]])
-        arr[req[starts]] += np.add.reduceat(values, starts)
-
-    def _add(self, cat: str, req, lower, *segments) -> None:
-        total = None
-        for start, end in segments:
-            length = np.maximum(end - start, 0.0)
-            total = length if total is None else total + length
-            if cat in self.after:
-                self._acc(self.after[cat], req, np.maximum(end - np.maximum(start, lower), 0.0))
-        self._acc(self.full[cat], req, total)
+        before = np.empty(len(rs))
+        before[1:] = Rs[:-1]
+        before[s_starts] = self.prev_sent[rs[s_starts]]
+        has = ~np.isnan(before)
+        self.gaps.extend(int(has.sum()), gap=(Rs - before)[has], req=rs[has])
+        extra = ks.astype(np.int64) - 1
+        if extra.any():
+            self.zeros[rs[s_starts]] += np.add.reduceat(extra, s_starts)
+        self.prev_sent[rs[s_last]] = Rs[s_last]
 
     # -- the end of the run -------------------------------------------------------------------
 

@@ -301,7 +301,8 @@ class LLMCostModel:
         self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
                       g.kernel_overhead)
         self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
-        self._decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2])
+        self._decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
+                              self.layers_per_stage, self.pp)
         self._decode_base: dict[int, tuple[float, float]] = {}
 
     def attention_time(self, decode_context: float, decode_requests: int,
@@ -393,9 +394,8 @@ class LLMCostModel:
             base = self._decode_base[decode_requests] = (self.linear_time(decode_requests),
                                                          self.head_time(decode_requests))
         ctx, n = decode_context, decode_requests
-        flop, d_kv, d_q, floor, d_fixed = self._decode_terms
-        return self.pp * (base[0] + self.layers_per_stage * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) \
-            + base[1]
+        flop, d_kv, d_q, floor, d_fixed, layers, pp = self._decode_terms
+        return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and

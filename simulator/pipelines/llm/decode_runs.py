@@ -193,56 +193,64 @@ class Run:
             if alloc > kv_free:
                 break  # the decodes' blocks do not fit: the step-by-step path preempts
             free_kv = kv_free - alloc
-            left = budget - nd
-            pairs = []
-            p_take = 0
-            if P >= 0:
-                p_take = p_target - p_comp
-                if p_take > left:
-                    p_take = left
-                if p_take > 0:
-                    need = -(-(p_comp + p_take) // bs) - -(-p_comp // bs)  # beyond the blocks it holds
-                    if need > free_kv:
-                        break  # its chunk finds no blocks: the engine's deviation, stepped
-                    free_kv -= need
-                    left -= p_take
-                    pairs.append((p_comp, p_take))
-            admit = []
-            nw = len(waiting)
-            i = 0
-            while i < nw and left > 0 and nrun < max_batch:
-                rid = waiting[i]
-                target = int(prompt_col[rid] + gen_col[rid])
-                n = target
-                if not chunked and n > left:
-                    break
-                if n > left:
-                    n = left
-                need = -(-n // bs)
-                if need > free_kv:
-                    break
-                free_kv -= need
-                left -= n
-                nrun += 1
-                admit.append((rid, target, n))
-                pairs.append((0, n))
-                i += 1
-            if not nd and not pairs:
-                break  # nothing runs: the engine waits
-            # -- the step's composition and GPU time --
             ctx = float(S) + nd
-            if pairs:
-                p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
-                ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
-                new_tokens = p_take + sum(n for _, _, n in admit)
-                nchunks = len(pairs)
-                sampled = nd + ncomp
-                compute = cost.step(ctx, nd, pairs, sampled).compute
-            else:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+            if P < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+                if not nd:
+                    break  # nothing runs: the engine waits
+                pairs = admit = None
                 p_done = False
-                new_tokens = nchunks = 0
+                p_take = new_tokens = nchunks = 0
                 sampled = nd
                 compute = decode_time(ctx, nd)
+            else:
+                left = budget - nd
+                pairs = []
+                p_take = 0
+                if P >= 0:
+                    p_take = p_target - p_comp
+                    if p_take > left:
+                        p_take = left
+                    if p_take > 0:
+                        need = -(-(p_comp + p_take) // bs) - -(-p_comp // bs)  # beyond the blocks it holds
+                        if need > free_kv:
+                            break  # its chunk finds no blocks: the engine's deviation, stepped
+                        free_kv -= need
+                        left -= p_take
+                        pairs.append((p_comp, p_take))
+                admit = []
+                nw = len(waiting)
+                i = 0
+                while i < nw and left > 0 and nrun < max_batch:
+                    rid = waiting[i]
+                    target = int(prompt_col[rid] + gen_col[rid])
+                    n = target
+                    if not chunked and n > left:
+                        break
+                    if n > left:
+                        n = left
+                    need = -(-n // bs)
+                    if need > free_kv:
+                        break
+                    free_kv -= need
+                    left -= n
+                    nrun += 1
+                    admit.append((rid, target, n))
+                    pairs.append((0, n))
+                    i += 1
+                if pairs:
+                    p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
+                    ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
+                    new_tokens = p_take + sum(n for _, _, n in admit)
+                    nchunks = len(pairs)
+                    sampled = nd + ncomp
+                    compute = cost.step(ctx, nd, pairs, sampled).compute
+                elif nd:  # nobody could be admitted: the decodes run alone
+                    p_done = False
+                    new_tokens = nchunks = 0
+                    sampled = nd
+                    compute = decode_time(ctx, nd)
+                else:
+                    break  # nothing runs: the engine waits
             batch = nd + nchunks
             sched_c = sps + spr * batch + pps + ppr * batch
             start = a0 if a0 > free else free
@@ -360,7 +368,7 @@ class Run:
                 for j in range(nserv):
                     state = srv[j]
                     c = nd_api[j] + (p_done and api_l[P] == j) + sum(
-                        1 for rid, target, n in admit if n >= target and rid % nserv == j)
+                        1 for rid, target, n in admit or () if n >= target and rid % nserv == j)
                     if c:
                         dur = c * pc
                         st = e if e > state[0] else state[0]
@@ -395,6 +403,10 @@ class Run:
                 self.finished.append(slot)
                 if nd_api is not None:
                     nd_api[api_l[slot]] -= 1
+            if pairs is None:
+                now = resume
+                k += 1
+                continue
             joined = []  # slots that completed their prefill in this step
             if P >= 0 and p_take > 0:
                 p_comp += p_take
