@@ -301,7 +301,8 @@ class LLMCostModel:
         self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
                       g.kernel_overhead)
         self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
-        self._decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
+        # what a decode-only step's attention is made of: (flop, kv byte, query byte, floor, fixed, layers, pp)
+        self.decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
                               self.layers_per_stage, self.pp)
         self._decode_base: dict[int, tuple[float, float]] = {}
 
@@ -394,7 +395,7 @@ class LLMCostModel:
             base = self._decode_base[decode_requests] = (self.linear_time(decode_requests),
                                                          self.head_time(decode_requests))
         ctx, n = decode_context, decode_requests
-        flop, d_kv, d_q, floor, d_fixed, layers, pp = self._decode_terms
+        flop, d_kv, d_q, floor, d_fixed, layers, pp = self.decode_terms
         return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
 
     def kernels_per_step(self) -> int:

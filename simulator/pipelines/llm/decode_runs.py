@@ -42,6 +42,7 @@ class DecodeRuns:
         self.e = engine
         self.fe = frontend
         self.horizon = float("inf") if horizon is None else horizon
+        self.shapes: dict[int, tuple] = {}  # decode-only batch size -> its step's fixed parts
 
     @staticmethod
     def eligible(engine, frontend, open_loop: bool, replicas: int) -> bool:
@@ -138,7 +139,16 @@ class Run:
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
         nserv = len(servers)
-        decode_time = cost.decode_time
+        flop, d_kv, d_q, floor, d_fixed, layers, pp = cost.decode_terms
+        shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
+
+        def shape(batch: int, sampled: int) -> tuple:
+            """A step's parts that depend on its size alone: scheduling and preparation, that plus the
+            launches, the sampled ids' bytes and copy time, the output work, a chunk stream's time."""
+            sched_c = sps + spr * batch + pps + ppr * batch
+            nbytes = SAMPLED_ID_BYTES * sampled
+            return (sched_c, sched_c + launch, nbytes, nbytes / bw_min if nbytes > 0 else 0.0,
+                    dsf + dpt * sampled + opr * sampled if sampled else 0.0, sampled * pc)
         prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
         arr = arrival.values
         n_req = t.n
@@ -201,7 +211,12 @@ class Run:
                 p_done = False
                 p_take = new_tokens = nchunks = 0
                 sampled = nd
-                compute = decode_time(ctx, nd)
+                fixed = shapes.get(nd)
+                if fixed is None:
+                    fixed = shapes[nd] = (*shape(nd, nd), cost.linear_time(nd), cost.head_time(nd))
+                # ``cost.decode_time(ctx, nd)``, inline: the same arithmetic in the same order
+                compute = pp * (fixed[6] + layers * (max(ctx * flop, ctx * d_kv + nd * d_q, floor) + d_fixed)) \
+                    + fixed[7]
             else:
                 left = budget - nd
                 pairs = []
@@ -244,42 +259,40 @@ class Run:
                     nchunks = len(pairs)
                     sampled = nd + ncomp
                     compute = cost.step(ctx, nd, pairs, sampled).compute
+                    fixed = shape(nd + nchunks, sampled)
                 elif nd:  # nobody could be admitted: the decodes run alone
                     p_done = False
                     new_tokens = nchunks = 0
                     sampled = nd
-                    compute = decode_time(ctx, nd)
+                    compute = cost.decode_time(ctx, nd)
+                    fixed = shape(nd, nd)
                 else:
                     break  # nothing runs: the engine waits
             batch = nd + nchunks
-            sched_c = sps + spr * batch + pps + ppr * batch
+            sched_c, sl, nbytes, secs, work, dur = fixed[:6]
             start = a0 if a0 > free else free
-            launched = start + (sched_c + launch)
+            launched = start + sl
             a1 = start + sched_c
             g0 = a1 if a1 > gpu_free else gpu_free
             g1 = g0 + compute
             if launched > g1:
                 g1 = launched
             begin = (g1 if g1 > booked else booked) + lat
-            nbytes = SAMPLED_ID_BYTES * sampled
-            secs = nbytes / bw_min if nbytes > 0 else 0.0
             d1 = begin + secs
             t_done = a0 + (d1 - a0)  # the step's done event
             if sampled:
-                work = dsf + dpt * sampled + opr * sampled
                 s2 = d1 if d1 > launched else launched
                 e = s2 + work
                 resume = t_done + (e - t_done) if e > t_done else t_done
             else:
-                work = 0.0
                 e = resume = t_done
             if not resume < horizon:
                 break
             # -- committed: the step's CPU, GPU and copy --
-            sched_total += sched_c + launch
-            p_busy += sched_c + launch
+            sched_total += sl
+            p_busy += sl
             p_tasks += 1
-            if sched_c + launch > 0:
+            if sl > 0:
                 p_rbusy += launched - start
             if sampled:
                 work_total += work
@@ -316,7 +329,7 @@ class Run:
                         st[2] += secs
             if spans is not None:
                 label = f"step {first_step + k} ({nd}d+{new_tokens}p)"
-                if sched_c + launch > 0:
+                if sl > 0:
                     spans.append((p_track, "schedule+launch", start, launched, "cpu"))
                 category = "prefill" if nchunks else "decode"
                 spans.extend((g, label, g0, g1, category) for g in gpu_tracks)
@@ -352,7 +365,6 @@ class Run:
                 spans.append(detok_span)
             # -- the step's outputs: each API server serializes its requests' chunks at e --
             if sampled and nserv == 1:  # the common case: one API server streams every chunk
-                dur = sampled * pc
                 st = e if e > srv0[0] else srv0[0]
                 srv0[0] = st + dur
                 srv0[1] += dur
