@@ -101,8 +101,9 @@ def test_runs_stop_where_the_kv_cache_runs_out(coalesced):
     assert_same(a, b)
 
 
-def test_runs_record_the_same_spans_in_the_same_order(coalesced):
-    a, b = both(trace_scenario("splitwise_conv.csv", 120, "6/s"), record_spans=True)
+@pytest.mark.parametrize("servers", [1, 3])
+def test_runs_record_the_same_spans_in_the_same_order(servers, coalesced):
+    a, b = both(trace_scenario("splitwise_conv.csv", 120, "6/s", serving={"api_servers": servers}), record_spans=True)
     assert coalesced[0] > 0
     assert_same(a, b)
     sa, sb = a.spans, b.spans

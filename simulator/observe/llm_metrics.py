@@ -453,8 +453,9 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     requests, bd = _request_frames(t, store, done)
     if recorder.enabled:
         spans = recorder.frame  # the trace reads them back a track at a time
-        trace = trace_events(recorder, engine_counters(stats, steps, kv_blocks),
-                             request_flows(stats, store, steps, done))
+        # made when the trace is written: a run without a run folder never needs them (nor pandas)
+        trace = trace_events(recorder, lambda: engine_counters(stats, steps, kv_blocks),
+                             lambda: request_flows(stats, store, steps, done))
     else:
         spans, trace = recorder.frame, []
     return Result("llm", scenario, summary, requests, bd, spans, trace, itl=itl)

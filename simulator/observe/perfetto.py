@@ -121,18 +121,27 @@ class Trace:
     them (on disk), read a track at a time. ``flows``: a frame with columns ``flow`` (request id),
     ``track`` and ``time`` (seconds), one row per point a request passes through, in order; each
     point is bound to the slice on ``track`` that contains ``time`` (points that fall in no slice
-    are dropped). None: follow requests by their span names (:func:`request_flows`).
+    are dropped). None: follow requests by their span names (:func:`request_flows`). Either may be
+    given as a function that makes it, called when the trace is first written or measured (a run
+    whose trace is never written never pays for them).
     """
 
     spans: object
-    counters: list = field(default_factory=list)
-    flows: pd.DataFrame | None = None
+    counters: object = field(default_factory=list)
+    flows: object = None
+
+    def _made_once(self, name: str):
+        value = getattr(self, name)
+        if callable(value):
+            value = value()
+            setattr(self, name, value)
+        return value
 
     def _source(self):
         return self.spans if hasattr(self.spans, "track_spans") else _FrameSpans(self.spans)
 
     def __len__(self) -> int:
-        return self._source().count + sum(len(c.times) for c in self.counters)
+        return self._source().count + sum(len(c.times) for c in self._made_once("counters"))
 
     def __bool__(self) -> bool:
         return len(self) > 0
@@ -146,6 +155,8 @@ class Trace:
         """Every trace event as one JSON object string: metadata, slices, counters, flows. Spans are
         read a track at a time (twice: their lanes first, for the thread names that come first)."""
         src = self._source()
+        self._made_once("counters")
+        self._made_once("flows")
         if not src.count and not self.counters:
             return
         span_tracks = src.tracks() if src.count else []
@@ -247,10 +258,10 @@ def request_flows(spans: pd.DataFrame) -> pd.DataFrame:
     return pts[["flow", "track", "time"]].reset_index(drop=True)
 
 
-def trace_events(spans, counters: list | None = None, flows: pd.DataFrame | None = None) -> Trace:
+def trace_events(spans, counters=None, flows=None) -> Trace:
     """The run's trace: every span (a frame, or the recorder that holds them) as a slice, with
-    ``counters`` and request ``flows``.
+    ``counters`` and request ``flows`` (each, or a function that makes it).
 
     Without explicit ``flows``, requests are followed by their span names (``r<id> ...``).
     """
-    return Trace(spans, list(counters or ()), flows)
+    return Trace(spans, counters if callable(counters) else list(counters or ()), flows)

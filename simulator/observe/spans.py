@@ -32,19 +32,17 @@ class SpanRecorder:
 
     Tracks name a GPU, a link port or a CPU process (``"gpu0"``, ``"link:gpu0.tx"``,
     ``"cpu:engine"``). ``enabled=False`` keeps only per-track busy time (for utilization)
-    so large runs stay light. The latest spans are held in the lists; older ones are in the
-    recorder's file (``segments``: track, file offset, count, bytes of names).
+    so large runs stay light. The latest spans are held per track, each as (name, start, end,
+    category, place in the recording order); older ones are in the recorder's file
+    (``segments``: track, file offset, count, bytes of names).
     """
 
     enabled: bool = True
-    track: list = field(default_factory=list)
-    name: list = field(default_factory=list)
-    start: list = field(default_factory=list)
-    end: list = field(default_factory=list)
-    category: list = field(default_factory=list)
     busy: dict = field(default_factory=dict)
     segments: list = field(default_factory=list, repr=False)
-    count: int = 0  # spans recorded, in the file and in the lists
+    count: int = 0  # spans recorded, in the file and held
+    held: int = 0   # spans held in memory, not yet in the file
+    _held: dict = field(default_factory=dict, repr=False)  # track -> [(name, start, end, category, seq)]
     _file: object = field(default=None, repr=False)  # the file, once spans were written to it
 
     def add(self, track: str, name: str, start: float, end: float, category: str = "") -> None:
@@ -57,14 +55,34 @@ class SpanRecorder:
         """Record a span without accruing busy time (for tracks whose overlapping spans
         would double-count; their owner accrues busy time with ``add_busy``)."""
         if self.enabled:
-            self.track.append(track)
-            self.name.append(name)
-            self.start.append(start)
-            self.end.append(end)
-            self.category.append(category)
+            held = self._held.get(track)
+            if held is None:
+                held = self._held[track] = []
+            held.append((name, start, end, category, self.count))
             self.count += 1
-            if len(self.track) >= SPILL_SPANS:
+            self.held += 1
+            if self.held >= SPILL_SPANS:
                 self.spill()
+
+    def add_block(self, track: str, names, starts: np.ndarray, ends: np.ndarray, categories, seqs: np.ndarray) -> None:
+        """Record many spans of one track at once, without busy time (a closed-form decode run's):
+        ``names`` and ``categories`` a list or one string for all, ``seqs`` their places in the
+        recording order (the writer takes them from :attr:`count` on and calls :meth:`added`)."""
+        if not self.enabled or not len(starts):
+            return
+        n = len(starts)
+        held = self._held.get(track)
+        if held is None:
+            held = self._held[track] = []
+        held.append(_Block([names] * n if isinstance(names, str) else names, starts, ends,
+                           [categories] * n if isinstance(categories, str) else categories, seqs))
+
+    def added(self, n: int) -> None:
+        """``n`` spans were recorded with :meth:`add_block`, in places from :attr:`count` on."""
+        self.count += n
+        self.held += n
+        if self.held >= SPILL_SPANS:
+            self.spill()
 
     def add_busy(self, track: str, seconds: float) -> None:
         """Accrue busy time on a track without a span (for tracks measured another way)."""
@@ -72,33 +90,27 @@ class SpanRecorder:
 
     # -- the file ------------------------------------------------------------------------------
     def spill(self) -> None:
-        """Write the spans held in the lists to the file, a segment per track, and empty the lists."""
-        if not self.track:
+        """Write the held spans to the file, a segment per track, and let them go."""
+        if not self.held:
             return
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="lastmile-spans-")
-        self._file.seek(0, os.SEEK_END)
-        self._write(self._file)
-
-    def _write(self, fh) -> None:
-        start, end = np.array(self.start, dtype=float), np.array(self.end, dtype=float)
-        seq = np.arange(self.count - len(self.track), self.count, dtype=np.int64)
-        by_track: dict[str, list[int]] = {}
-        for i, t in enumerate(self.track):
-            by_track.setdefault(t, []).append(i)
-        names, cats = self.name, self.category
-        for track, idx in by_track.items():
-            sel = np.array(idx)
-            blob = (_SEP.join([names[i] for i in idx]) + _SEP + _SEP.join([cats[i] for i in idx])).encode()
+        fh = self._file
+        fh.seek(0, os.SEEK_END)
+        for track, held in self._held.items():
+            if not held:
+                continue
+            names, starts, ends, cats, seqs = _columns(held)
+            blob = (_SEP.join(names) + _SEP + _SEP.join(cats)).encode()
             offset = fh.tell()
-            fh.write(start[sel].tobytes() + end[sel].tobytes() + seq[sel].tobytes() + blob)
-            self.segments.append((track, offset, len(idx), len(blob)))
-        for column in (self.track, self.name, self.start, self.end, self.category):
-            column.clear()
+            fh.write(starts.tobytes() + ends.tobytes() + seqs.tobytes() + blob)
+            self.segments.append((track, offset, len(starts), len(blob)))
+            held.clear()
+        self.held = 0
 
     def tracks(self) -> list[str]:
         """Every track with a recorded span."""
-        return sorted({s[0] for s in self.segments} | set(self.track))
+        return sorted({s[0] for s in self.segments} | {t for t, held in self._held.items() if held})
 
     def track_spans(self, track: str, names: bool = True) -> tuple:
         """One track's spans in the order recorded: (start, end, names, categories) (the last two
@@ -108,13 +120,14 @@ class SpanRecorder:
         if mine:
             self._file.flush()
             self._read(self._file, mine, names, starts, ends, name_parts, cat_parts)
-        idx = [i for i, t in enumerate(self.track) if t == track]
-        if idx:
-            starts.append(np.array([self.start[i] for i in idx], dtype=float))
-            ends.append(np.array([self.end[i] for i in idx], dtype=float))
+        held = self._held.get(track)
+        if held:
+            h_names, h_starts, h_ends, h_cats, _ = _columns(held)
+            starts.append(h_starts)
+            ends.append(h_ends)
             if names:
-                name_parts.extend(self.name[i] for i in idx)
-                cat_parts.extend(self.category[i] for i in idx)
+                name_parts.extend(h_names)
+                cat_parts.extend(h_cats)
         s = np.concatenate(starts) if starts else np.empty(0)
         e = np.concatenate(ends) if ends else np.empty(0)
         if not names:
@@ -135,17 +148,16 @@ class SpanRecorder:
 
     def frame(self) -> pd.DataFrame:
         """All recorded spans as a DataFrame (columns track, name, start, end, category), in the
-        order recorded within each track."""
+        order recorded."""
         import pandas as pd  # imported where a frame is built: a run without spans never needs pandas
 
-        if not self.segments:
-            return pd.DataFrame({"track": self.track, "name": self.name, "start": self.start,
-                                 "end": self.end, "category": self.category})
         parts, seqs = [], []
         for t in self.tracks():
             s, e, names, cats = self.track_spans(t)
             parts.append(pd.DataFrame({"track": t, "name": names, "start": s, "end": e, "category": cats}))
             seqs.append(self._seq(t))
+        if not parts:
+            return pd.DataFrame({"track": [], "name": [], "start": [], "end": [], "category": []})
         frame = pd.concat(parts, ignore_index=True)
         return frame.iloc[np.argsort(np.concatenate(seqs), kind="stable")].reset_index(drop=True)
 
@@ -153,20 +165,61 @@ class SpanRecorder:
         """The recording order of one track's spans (their places among all spans)."""
         parts = []
         fh = self._file
-        fh.flush()
+        if fh is not None:
+            fh.flush()
         for t, offset, n, _ in self.segments:
             if t == track:
                 fh.seek(offset + 16 * n)
                 parts.append(np.frombuffer(fh.read(8 * n), dtype=np.int64))
-        base = self.count - len(self.track)
-        parts.append(np.array([base + i for i, t in enumerate(self.track) if t == track], dtype=np.int64))
-        return np.concatenate(parts)
+        held = self._held.get(track)
+        if held:
+            parts.append(_columns(held)[4])
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
     def utilization(self, horizon: float) -> dict[str, float]:
         """Fraction of ``horizon`` each track was busy."""
         if horizon <= 0:
             return {k: 0.0 for k in self.busy}
         return {k: min(1.0, v / horizon) for k, v in sorted(self.busy.items())}
+
+
+class _Block:
+    """Spans of one track recorded at once: names, starts, ends, categories, places in the order."""
+
+    __slots__ = ("names", "starts", "ends", "cats", "seqs")
+
+    def __init__(self, names: list, starts, ends, cats: list, seqs):
+        self.names, self.starts, self.ends, self.cats, self.seqs = names, starts, ends, cats, seqs
+
+
+def _columns(held: list) -> tuple:
+    """One track's held spans (single spans as tuples, blocks) as (names, starts, ends, categories,
+    seqs), in the order held."""
+    names, cats, starts, ends, seqs = [], [], [], [], []
+    singles: list = []
+
+    def flush_singles():
+        if singles:
+            n, st, en, ca, sq = zip(*singles)
+            names.extend(n)
+            cats.extend(ca)
+            starts.append(np.array(st, dtype=float))
+            ends.append(np.array(en, dtype=float))
+            seqs.append(np.array(sq, dtype=np.int64))
+            singles.clear()
+
+    for item in held:
+        if isinstance(item, _Block):
+            flush_singles()
+            names.extend(item.names)
+            cats.extend(item.cats)
+            starts.append(np.asarray(item.starts, dtype=float))
+            ends.append(np.asarray(item.ends, dtype=float))
+            seqs.append(np.asarray(item.seqs, dtype=np.int64))
+        else:
+            singles.append(item)
+    flush_singles()
+    return names, np.concatenate(starts), np.concatenate(ends), cats, np.concatenate(seqs)
 
 
 def _objects(values: list) -> np.ndarray:

@@ -174,9 +174,9 @@ class Run:
         stream_total = [0.0] * nserv
         tok_total = [0.0] * nserv
         rows = []  # per step: a0, a1, g0, g1, d1, e, batch, decodes, prefill tokens, KV blocks used
-        spans = [] if rec is not None and rec.enabled else None  # (track, name, start, end, category)
-        s_tracks = [sv_.track for sv_ in servers]
-        gpu_tracks = eng.gpu_tracks
+        spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
+        tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
+        stream_spans = []  # with spans and several API servers: (step, server, start, end)
         first_step = eng.steps.size
         waiting = sched.waiting
         # arrivals: the next one the open loop has not handed over; tokenizations still to route
@@ -327,16 +327,7 @@ class Run:
                         st[0] += secs
                         st[1] += nbytes
                         st[2] += secs
-            if spans is not None:
-                label = f"step {first_step + k} ({nd}d+{new_tokens}p)"
-                if sl > 0:
-                    spans.append((p_track, "schedule+launch", start, launched, "cpu"))
-                category = "prefill" if nchunks else "decode"
-                spans.extend((g, label, g0, g1, category) for g in gpu_tracks)
-                if nbytes > 0:
-                    spans.extend((p.track, "d2h", begin, d1, "link") for p in ports)
             # -- the arrivals this step overlaps: tokenized on the API servers in time order --
-            detok_span = (p_track, "detokenize", s2, e, "cpu") if spans is not None and sampled and work > 0 else None
             while next_t <= resume:
                 rid = nxt
                 arrival._reach(rid)
@@ -350,19 +341,14 @@ class Run:
                 tok_total[j] += tok
                 if tok > 0:
                     state[3] += en - st
-                    if spans is not None:
-                        if detok_span is not None and next_t > t_done:  # the detokenization began first
-                            spans.append(detok_span)
-                            detok_span = None
-                        spans.append((s_tracks[j], "tokenize", st, en, "cpu"))
+                    if spans:
+                        tok_spans.append((k, next_t > t_done, j, st, en))
                 t.api[rid] = j
                 t.tok_start[rid], t.tok_end[rid] = st, en
                 heapq.heappush(routes, (en, seq, rid))
                 seq += 1
                 nxt += 1
                 next_t = float(arr[nxt]) if nxt < n_req else float("inf")
-            if detok_span is not None:
-                spans.append(detok_span)
             # -- the step's outputs: each API server serializes its requests' chunks at e --
             if sampled and nserv == 1:  # the common case: one API server streams every chunk
                 st = e if e > srv0[0] else srv0[0]
@@ -372,8 +358,6 @@ class Run:
                 srv0[2] += 1
                 if dur > 0:
                     srv0[3] += srv0[0] - st
-                    if spans is not None:
-                        spans.append((s_tracks[0], "stream", st, srv0[0], "cpu"))
                 st0 = st
             elif sampled:
                 st0 = 0.0
@@ -390,8 +374,8 @@ class Run:
                         state[2] += 1
                         if dur > 0:
                             state[3] += state[0] - st
-                            if spans is not None:
-                                spans.append((s_tracks[j], "stream", st, state[0], "cpu"))
+                            if spans:
+                                stream_spans.append((k, j, st, state[0]))
                     else:
                         st = 0.0
                     if j:
@@ -402,7 +386,8 @@ class Run:
                 st0 = 0.0
                 for j in range(1, nserv):
                     srv_start[j].append(0.0)
-            rows.append((a0, a1, g0, g1, d1, e, st0, batch, nd, new_tokens, used))
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e,
+                         batch, nd, new_tokens, used, sampled))
             # -- the requests' state after the step --
             kv_free = free_kv
             S += nd
@@ -503,22 +488,117 @@ class Run:
                 sv_.by_label["tokenize"] = sv_.by_label.get("tokenize", 0.0) + tokenized
             if sv_.recorder is not None:
                 sv_.recorder.busy[sv_.track] = rbusy
-        if spans:
-            for track, name, start, end, cat in spans:
-                rec.add_span_only(track, name, start, end, cat)
         sched.kv_free = kv_free
         fe.next_rid = nxt
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
-        times = np.array(rows)  # k x 11, every column as floats (whole numbers exactly)
-        counts = times[:, 7:].astype(np.int64)
+        times = np.array(rows)  # k x 16, every column as floats (whole numbers exactly)
+        counts = times[:, 11:].astype(np.int64)
         eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], g0=times[:, 2], g1=times[:, 3], comm=0.0, d1=times[:, 4],
                          batch=counts[:, 0], decode=counts[:, 1], prefill_tokens=counts[:, 2])
         if eng.kv_steps is not None:
             eng.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=counts[:, 3])
         srv_start[0] = times[:, 6]
+        if spans:
+            self._spans(k, first_step, times, counts, tok_spans, stream_spans)
         self._record(k, first_step, times[:, 3], times[:, 5], srv_start)
         return now
+
+    def _spans(self, k: int, first_step: int, times, counts, tok_spans: list, stream_spans: list) -> None:
+        """The run's spans, made from its steps' times, in the order the step-by-step engine records
+        them: per step its scheduling, its GPU work, its copy, the arrivals' tokenizations that began
+        before its detokenization, the detokenization, the later ones, its stream tasks."""
+        o = self.o
+        eng, fe = o.e, o.fe
+        cpu, rec = eng.cpu, eng.proc.recorder
+        ports, _ = eng.links.d2h_route
+        servers, pc = fe.servers, fe.cpu.stream_per_chunk
+        a1, g0, g1, d1, e, st0, start, launched, begin, s2 = (times[:, c] for c in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+        batch, nd, new, _, sampled = counts.T
+        sl = cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step \
+            + cpu.prepare_per_request * batch + eng.launch_cost
+        work = cpu.detokenize_step_fixed + cpu.detokenize_per_token * sampled + cpu.output_per_request * sampled
+        has_sched = sl > 0
+        has_d2h = sampled > 0
+        has_detok = has_d2h & (work > 0)
+        gpus, nports = len(eng.gpu_tracks), len(ports)
+        tok_before = np.zeros(k, dtype=np.int64)
+        tok_after = np.zeros(k, dtype=np.int64)
+        if tok_spans:
+            tk, after, tj, tst, ten = (np.array(c) for c in zip(*tok_spans))
+            np.add.at(tok_before, tk[~after], 1)
+            np.add.at(tok_after, tk[after], 1)
+        if len(servers) == 1:
+            has_stream = has_d2h & (sampled * pc > 0)
+            n_stream = has_stream.astype(np.int64)
+        else:
+            n_stream = np.zeros(k, dtype=np.int64)
+            if stream_spans:
+                sk, sj, sst, sen = (np.array(c) for c in zip(*stream_spans))
+                np.add.at(n_stream, sk, 1)
+        per_step = (has_sched + gpus + nports * has_d2h + tok_before + has_detok + tok_after + n_stream)
+        base = rec.count + np.cumsum(per_step) - per_step  # each step's first place in the order
+        at_gpu = base + has_sched
+        at_tok = at_gpu + gpus + nports * has_d2h        # the first tokenization before the detokenization
+        at_detok = at_tok + tok_before
+        at_stream = at_detok + has_detok + tok_after
+        proc = eng.proc.track
+        # the engine process: scheduling and detokenization, in the order recorded
+        order = np.argsort(np.concatenate([base[has_sched], at_detok[has_detok]]), kind="stable")
+        rec.add_block(proc, list(np.array(["schedule+launch"] * int(has_sched.sum())
+                                          + ["detokenize"] * int(has_detok.sum()), dtype=object)[order]),
+                      np.concatenate([start[has_sched], s2[has_detok]])[order],
+                      np.concatenate([launched[has_sched], e[has_detok]])[order], "cpu",
+                      np.concatenate([base[has_sched], at_detok[has_detok]])[order])
+        labels = [f"step {first_step + i} ({d}d+{p}p)" for i, d, p in zip(range(k), nd.tolist(), new.tolist())]
+        cats = np.where(new > 0, "prefill", "decode").tolist()
+        for g, track in enumerate(eng.gpu_tracks):
+            rec.add_block(track, labels, g0, g1, cats, at_gpu + g)
+        for p, port in enumerate(ports):
+            rec.add_block(port.track, "d2h", begin[has_d2h], d1[has_d2h], "link", (at_gpu + gpus + p)[has_d2h])
+        # the API servers: tokenizations (in the order they were booked) and stream tasks
+        tok_seq = None
+        if tok_spans:
+            # a tokenization's place: its step's first (before or after the detokenization), then its rank there
+            rank = np.zeros(len(tk), dtype=np.int64)
+            for flag in (False, True):
+                sel = np.flatnonzero(after == flag)
+                if len(sel):
+                    first = np.r_[True, tk[sel][1:] != tk[sel][:-1]]
+                    group = np.cumsum(first) - 1
+                    starts = np.flatnonzero(first)
+                    rank[sel] = np.arange(len(sel)) - starts[group]
+            tok_seq = np.where(after, (at_detok + has_detok)[tk], at_tok[tk]) + rank
+        for j, server in enumerate(servers):
+            seq_parts, name_parts, start_parts, end_parts = [], [], [], []
+            if tok_spans:
+                mine = tj == j
+                seq_parts.append(tok_seq[mine])
+                name_parts.append(np.full(int(mine.sum()), "tokenize", dtype=object))
+                start_parts.append(tst[mine])
+                end_parts.append(ten[mine])
+            if len(servers) == 1:
+                seq_parts.append(at_stream[has_stream])
+                name_parts.append(np.full(int(has_stream.sum()), "stream", dtype=object))
+                start_parts.append(st0[has_stream])
+                end_parts.append(st0[has_stream] + (sampled * pc)[has_stream])
+            elif stream_spans:
+                mine = sj == j
+                # a step's stream tasks go server by server: this one's place after the servers before it
+                before = np.zeros(len(sk), dtype=np.int64)
+                for i in range(1, len(sk)):
+                    before[i] = before[i - 1] + 1 if sk[i] == sk[i - 1] else 0
+                seq_parts.append((at_stream[sk] + before)[mine])
+                name_parts.append(np.full(int(mine.sum()), "stream", dtype=object))
+                start_parts.append(sst[mine])
+                end_parts.append(sen[mine])
+            if not seq_parts:
+                continue
+            seqs = np.concatenate(seq_parts)
+            order = np.argsort(seqs, kind="stable")
+            rec.add_block(server.track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
+                          np.concatenate(end_parts)[order], "cpu", seqs[order])
+        rec.added(int(per_step.sum()))
 
     def _record(self, k: int, first_step: int, g1, e_arr, srv_start) -> None:
         """The run's tokens in the ledger, and the requests', the scheduler's and the engine's state."""
