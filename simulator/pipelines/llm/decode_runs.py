@@ -170,7 +170,9 @@ class Run:
         srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorder.busy.get(sv_.track, 0.0)
                 if sv_.recorder is not None else 0.0] for sv_ in servers]
         srv_start = [[] for _ in servers]  # per server after the first: when each step's stream task began
-        srv0 = srv[0]
+        single = nserv == 1  # one API server: its clock and totals as locals
+        s0_free, s0_busy, s0_tasks, s0_rbusy = srv[0]
+        s0_stream = 0.0
         stream_total = [0.0] * nserv
         tok_total = [0.0] * nserv
         rows = []  # per step: a0, a1, g0, g1, d1, e, batch, decodes, prefill tokens, KV blocks used
@@ -332,17 +334,25 @@ class Run:
                 rid = nxt
                 arrival._reach(rid)
                 j, _, tok = fe.tokenize_cost(rid)
-                state = srv[j]
-                st = next_t if next_t > state[0] else state[0]
-                en = st + tok
-                state[0] = en
-                state[1] += tok
-                state[2] += 1
                 tok_total[j] += tok
-                if tok > 0:
-                    state[3] += en - st
-                    if spans:
-                        tok_spans.append((k, next_t > t_done, j, st, en))
+                if single:
+                    st = next_t if next_t > s0_free else s0_free
+                    en = s0_free = st + tok
+                    s0_busy += tok
+                    s0_tasks += 1
+                    if tok > 0:
+                        s0_rbusy += en - st
+                else:
+                    state = srv[j]
+                    st = next_t if next_t > state[0] else state[0]
+                    en = st + tok
+                    state[0] = en
+                    state[1] += tok
+                    state[2] += 1
+                    if tok > 0:
+                        state[3] += en - st
+                if spans and tok > 0:
+                    tok_spans.append((k, next_t > t_done, j, st, en))
                 t.api[rid] = j
                 t.tok_start[rid], t.tok_end[rid] = st, en
                 heapq.heappush(routes, (en, seq, rid))
@@ -350,15 +360,14 @@ class Run:
                 nxt += 1
                 next_t = float(arr[nxt]) if nxt < n_req else float("inf")
             # -- the step's outputs: each API server serializes its requests' chunks at e --
-            if sampled and nserv == 1:  # the common case: one API server streams every chunk
-                st = e if e > srv0[0] else srv0[0]
-                srv0[0] = st + dur
-                srv0[1] += dur
-                stream_total[0] += dur
-                srv0[2] += 1
+            if sampled and single:  # the common case: one API server streams every chunk
+                st0 = e if e > s0_free else s0_free
+                s0_free = st0 + dur
+                s0_busy += dur
+                s0_stream += dur
+                s0_tasks += 1
                 if dur > 0:
-                    srv0[3] += srv0[0] - st
-                st0 = st
+                    s0_rbusy += s0_free - st0
             elif sampled:
                 st0 = 0.0
                 for j in range(nserv):
@@ -480,6 +489,9 @@ class Run:
             p.booked_until, p.busy_time, p.bytes_moved = booked, busy_time, moved
             if frec is not None:
                 frec.busy[p.track] = rbusy
+        if single:
+            srv[0] = [s0_free, s0_busy, s0_tasks, s0_rbusy]
+            stream_total[0] = s0_stream
         for sv_, (f, busy, tasks, rbusy), streamed, tokenized in zip(servers, srv, stream_total, tok_total):
             sv_.free_at, sv_.busy, sv_.tasks = f, busy, tasks
             if streamed:
