@@ -232,7 +232,9 @@ class TokenLedger:
         request's per-row values are summed by one ``reduceat`` over the requests' groups."""
         t = self.table
         a0, a1, g0, g1, comm, d1 = self.steps.gather(step, ("a0", "a1", "g0", "g1", "comm", "d1"))
-        d1 = np.where(kind == PREFILL_ONLY, g1, d1)
+        only = kind == PREFILL_ONLY
+        if only.any():  # a prefill-only row is made when its GPU work ends
+            d1[only] = g1[only]
         n = len(req)
         first = np.empty(n, dtype=bool)
         first[0] = True
@@ -252,18 +254,22 @@ class TokenLedger:
             out[starts] = before
             return out
 
+        # the row's window [ws, g1] cut at the previous row's copy end, detokenization end and receipt
+        # (b1 <= b2 <= b3, each at most cs: the step's schedule start), then at the scheduling end c1
+        # and the GPU start c2; bc: the compute's end (before the step's communication). Computed in
+        # place over the fresh arrays (every value as the np.clip form would give it).
         ws = after_previous(g1, start)
-        pd1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
-        pe = after_previous(e, np.where(seen, self.prev_e[rf], start))
-        pR = after_previous(R, np.where(seen, self.prev_R[rf], start))
+        b1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
+        b2 = after_previous(e, np.where(seen, self.prev_e[rf], start))
+        b3 = after_previous(R, np.where(seen, self.prev_R[rf], start))
         lower = np.repeat(np.nan_to_num(t.first_R[rf], nan=np.inf), np.diff(np.append(starts, n)))
-        cs = np.maximum(a0, ws)
-        b1 = np.minimum(np.maximum(pd1, ws), cs)
-        b2 = np.minimum(np.maximum(pe, b1), cs)
-        b3 = np.minimum(np.maximum(pR, b2), cs)
-        c1 = np.minimum(np.maximum(a1, cs), g1)
-        c2 = np.minimum(np.maximum(g0, c1), g1)
-        bc = np.maximum(c2, g1 - comm)
+        cs = np.maximum(a0, ws, out=a0)
+        np.minimum(np.maximum(b1, ws, out=b1), cs, out=b1)
+        np.minimum(np.maximum(b2, b1, out=b2), cs, out=b2)
+        np.minimum(np.maximum(b3, b2, out=b3), cs, out=b3)
+        c1 = np.minimum(np.maximum(a1, cs, out=a1), g1, out=a1)
+        c2 = np.minimum(np.maximum(g0, c1, out=g0), g1, out=g0)
+        bc = np.maximum(np.subtract(g1, comm, out=comm), c2, out=comm)
         # per row: the eight categories' lengths, then the last mile's parts after the first token
         parts = np.empty((11, n))
 
@@ -271,12 +277,12 @@ class TokenLedger:
             np.subtract(end, begin, out=parts[row])
             np.maximum(parts[row], 0.0, out=parts[row])
 
-        for row, (begin, end) in enumerate(((ws, b1), (b1, b2), (b2, b3), (b3, cs), (cs, c1), (c2, bc), (c2, bc),
+        for row, (begin, end) in enumerate(((ws, b1), (b1, b2), (b2, b3), (b3, cs), (cs, c1), (c2, bc), (c1, c2),
                                              (bc, g1))):
             length(row, begin, end)
-        parts[3] += np.maximum(c2 - c1, 0.0)  # the queue's second part: behind an earlier step on the GPU
-        parts[5][~prefill] = 0.0
-        parts[6][prefill] = 0.0
+        parts[3] += parts[6]  # the queue's second part: behind an earlier step on the GPU
+        np.multiply(parts[5], ~prefill, out=parts[6])  # compute of decode rows ...
+        parts[5] *= prefill                             # ... and of prefill rows
         for row, (begin, end) in zip((8, 9, 10), ((ws, b1), (b1, b2), (b2, b3))):
             length(row, np.maximum(begin, lower), end)
         sums = np.add.reduceat(parts, starts, axis=1)
