@@ -631,9 +631,9 @@ class Run:
         req = rid[col]
         pc = fe.cpu.stream_per_chunk
         nserv = len(fe.servers)
+        rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
         if nserv == 1:
-            rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
-            serialized = np.array(srv_start[0])[step_of] + pc * rank[step_of, col]
+            serialized = srv_start[0][step_of] + pc * rank[step_of, col]
         else:
             serialized = np.empty(len(req))
             api = np.asarray(self.api, dtype=np.int64)
@@ -656,13 +656,12 @@ class Run:
         if has.any():
             # each emitting slot's last row: among the rows of its last step, its place there
             step_rows = np.r_[0, np.cumsum(act.sum(axis=1))[:-1]]
-            rank_all = np.cumsum(act, axis=1)
             idx = np.flatnonzero(has)
-            lr = step_rows[last[idx]] + rank_all[last[idx], idx] - 1
+            lr = step_rows[last[idx]] + rank[last[idx], idx] - 1
             t.last_R[rid[idx]] = received[lr]
             firsts = idx[(pre[idx] >= 0) & (gen0[idx] == 0)]
             if len(firsts):
-                fr = step_rows[pre[firsts]] + rank_all[pre[firsts], firsts] - 1
+                fr = step_rows[pre[firsts]] + rank[pre[firsts], firsts] - 1
                 t.first_R[rid[firsts]] = received[fr]
         # the ledger folds rows against the requests' first receipts: the rows go after them
         prefill = (step_of == pre[col]).astype(np.int8)
