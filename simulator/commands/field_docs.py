@@ -15,8 +15,9 @@ FIELD_DOCS: dict[str, str] = {
     "ScenarioBase.seed": "Random seed; the same scenario and seed give identical results.",
     "ScenarioBase.dtype": "Weight and activation data type; sets bytes per value and the peak FLOP/s used.",
     "ScenarioBase.hardware": "The box: GPU, links, CPU cost profile.",
-    "LLMScenario.coalesce_decode": "Compute runs of decode-only steps in closed form (the same results as "
-                                   "stepping them; false steps one by one, for checking).",
+    "LLMScenario.coalesce_decode": "Compute runs of engine steps in closed form, arrivals and admissions "
+                                   "included, where the set-up allows (the same results as stepping them; "
+                                   "false steps one by one, for checking).",
     "ScenarioBase.record_spans": "Record every span for trace.json; false saves memory and time on large runs.",
     # ---- hardware ------------------------------------------------------------------------------
     "Hardware.gpu": "A catalog GPU (`lastmile catalog gpus`), a profile YAML, or a mapping "
