@@ -57,7 +57,9 @@ def test_the_benchmark_folds_more_rows_than_one_buffer(monkeypatch):
         flush(self)
 
     monkeypatch.setattr(TokenLedger, "flush", counting)
-    simulator.run("scenarios/llm/benchmark_splitwise_a100.yaml", {"workload.requests": 1200, "record_spans": False})
+    # step by step (decode runs fold their rows as they are made, without the buffer)
+    simulator.run("scenarios/llm/benchmark_splitwise_a100.yaml", {"workload.requests": 1200, "record_spans": False,
+                                                                   "coalesce_decode": False})
     assert max(sizes) >= FOLD_ROWS and len([s for s in sizes if s]) > 1
 
 

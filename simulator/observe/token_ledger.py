@@ -93,6 +93,7 @@ class TokenLedger:
         self.retired = 0  # requests below this id are in the store and out of memory
         self._marks: deque = deque()  # (steps made, requests done below this id) at each fold
         self._replicas = 1  # replicas the requests not yet retired went to (the lag scales with them)
+        self._retire_size = 0  # rows folded when a decode run's rows last looked for requests to retire
 
     def extend(self, n: int, **row) -> None:
         """Take ``n`` rows (scalars broadcast, arrays of length n), as ``Columns.extend`` takes them."""
@@ -105,6 +106,116 @@ class TokenLedger:
         self.buffer.extend(n, **row)
         if self.buffer.size >= FOLD_ROWS or self._steps_leaving(row["step"]):
             self.flush()
+
+    def fold_run(self, first_step: int, times: dict, slot_req, first, last, first_prefill, prefill_rows, R) -> None:
+        """A closed-form decode run's rows, folded as they are made: the run's steps are
+        ``first_step`` on (``times``: their a0, a1, g0, g1, comm, d1, e, one value per step), emitting
+        request ``slot_req[j]`` made one row at each step ``first[j]..last[j]`` (steps of the run;
+        its row at ``first[j]`` carries a prefill's first token where ``first_prefill[j]``),
+        received at ``R`` (the rows request by request, each's in step order); ``prefill_rows``:
+        (step of the run, request) of chunks that did not complete their prompt.
+
+        Each request's first row of the run, and the prefill chunks, are folded as any rows are.
+        Its later rows each follow its own row of the step before, in the same run: their windows'
+        cut points are the steps' (the previous step's GPU end, copy end and detokenization end, cut
+        at this step's start), so every category but the stream's part and the queue's before the
+        step is the step's alone and its total over a request's rows is a difference of the steps'
+        running sums; the rest is per row. The same partition as :meth:`_fold` (totals summed in
+        another order: equal to rounding)."""
+        if self.rows is not None:  # every row is kept: the run's rows go there, as any others
+            self._keep_run(first_step, times, slot_req, first, last, first_prefill, prefill_rows, R)
+            return
+        if self.buffer.size:
+            self.flush()  # rows made before the run come first
+        if prefill_rows:
+            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
+            o = np.argsort(pr, kind="stable")
+            self.size += len(pr)
+            g1p = times["g1"][ps[o]]
+            self._fold(pr[o], first_step + ps[o], np.ones(len(pr), dtype=bool), np.full(len(pr), PREFILL_ONLY,
+                       dtype=np.int8), g1p, g1p, np.zeros(len(pr), dtype=np.int64))
+        n_rows = len(R)
+        counts = last - first + 1
+        starts = np.cumsum(counts) - counts             # each request's first row
+        self.size += n_rows
+        if len(starts):
+            # each request's first row of the run: after its previous row, wherever that was
+            ones = np.ones(len(starts), dtype=np.int64)
+            self._fold(slot_req, first_step + first, first_prefill, np.full(len(starts), SENT, dtype=np.int8),
+                       times["e"][first], R[starts], ones)
+        more = counts > 1
+        if not more.any():
+            self._retire_now()
+            return
+        t = self.table
+        a0, a1, g0, g1, comm, d1, e = (times[c] for c in ("a0", "a1", "g0", "g1", "comm", "d1", "e"))
+        # each step after the run's first, following a row of the step before it
+        ws = g1[:-1]
+        cs = np.maximum(a0[1:], ws)
+        b1 = np.minimum(np.maximum(d1[:-1], ws), cs)
+        b2 = np.minimum(np.maximum(e[:-1], b1), cs)
+        c1 = np.minimum(np.maximum(a1[1:], cs), g1[1:])
+        c2 = np.minimum(np.maximum(g0[1:], c1), g1[1:])
+        bc = np.maximum(c2, g1[1:] - comm[1:])
+        per_step = {"d2h": (ws, b1), "detokenize": (b1, b2), "schedule": (cs, c1), "queue": (c1, c2),
+                    "decode": (c2, bc), "comm": (bc, g1[1:])}
+        # the later rows: request by request, each's steps first+1..last (index i - 1 into the arrays above)
+        req_of = np.repeat(np.arange(len(starts)), counts)
+        later = np.ones(n_rows, dtype=bool)
+        later[starts] = False
+        rows = np.flatnonzero(later)
+        i = (np.arange(n_rows) - starts[req_of] + first[req_of])[rows] - 1
+        r_prev = R[rows - 1]
+        b3 = np.minimum(np.maximum(r_prev, b2[i]), cs[i])
+        groups = np.flatnonzero(more)
+        g_starts = np.cumsum(counts[groups] - 1) - (counts[groups] - 1)
+        reqs = slot_req[groups]
+        lower = np.repeat(_unset_as_inf(t.first_R[reqs]), counts[groups] - 1)
+        per_row = np.empty((5, len(rows)))
+        np.maximum(b3 - b2[i], 0.0, out=per_row[0])                                   # stream
+        np.maximum(cs[i] - b3, 0.0, out=per_row[1])                                   # queue before the step
+        np.maximum(b1[i] - np.maximum(ws[i], lower), 0.0, out=per_row[2])            # after the first token
+        np.maximum(b2[i] - np.maximum(b1[i], lower), 0.0, out=per_row[3])
+        np.maximum(b3 - np.maximum(b2[i], lower), 0.0, out=per_row[4])
+        sums = np.add.reduceat(per_row, g_starts, axis=1)
+        self.full["stream"][reqs] += sums[0]
+        self.full["queue"][reqs] += sums[1]
+        for cat, total in zip(LLM_LAST_MILE, sums[2:]):
+            self.after[cat][reqs] += total
+        lo, hi = first[groups], last[groups]  # the steps lo+1..hi: running sums hi - lo
+        for cat, (begin, end) in per_step.items():
+            run_sum = np.concatenate(([0.0], np.cumsum(np.maximum(end - begin, 0.0))))
+            self.full[cat][reqs] += run_sum[hi] - run_sum[lo]
+        # each request's last row becomes its previous row; its gaps at the client
+        end_rows = starts[groups] + counts[groups] - 1
+        self.prev_g1[reqs], self.prev_d1[reqs], self.prev_e[reqs] = g1[hi], d1[hi], e[hi]
+        self.prev_R[reqs] = self.prev_sent[reqs] = R[end_rows]
+        self.last_step[reqs] = first_step + hi
+        self.gaps.extend(len(rows), gap=R[rows] - r_prev, req=slot_req[req_of[rows]])
+        if self.gaps.size > (EXACT_GAPS if self.sketch is None else SKETCH_GAPS):
+            self._spill()
+        self._retire_now()
+
+    def _keep_run(self, first_step, times, slot_req, first, last, first_prefill, prefill_rows, R) -> None:
+        """A run's rows as :meth:`extend` takes them (a ledger that keeps every row)."""
+        if prefill_rows:
+            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
+            self.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY, e=times["g1"][ps],
+                        R=times["g1"][ps], tokens=0)
+        counts = last - first + 1
+        slot = np.repeat(np.arange(len(counts)), counts)
+        step = first[slot] + np.arange(len(R)) - np.repeat(np.cumsum(counts) - counts, counts)
+        prefill = (first_prefill[slot] & (step == first[slot])).astype(np.int8)
+        self.extend(len(R), req=slot_req[slot], step=first_step + step, prefill=prefill, kind=SENT,
+                    e=times["e"][step], R=R, tokens=1)
+
+    def _retire_now(self) -> None:
+        """Retire the done requests once as many rows as a buffer's fold were folded since the last
+        time (as often as :meth:`flush` does: each look at the table costs a pass over the requests
+        in flight)."""
+        if self.size - self._retire_size >= FOLD_ROWS:
+            self._retire_size = self.size
+            self._retire_done()
 
     def _steps_leaving(self, steps) -> bool:
         """Whether the buffered rows' oldest step is about to leave a ring of steps: fold with half
@@ -262,7 +373,7 @@ class TokenLedger:
         b1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
         b2 = after_previous(e, np.where(seen, self.prev_e[rf], start))
         b3 = after_previous(R, np.where(seen, self.prev_R[rf], start))
-        lower = np.repeat(np.nan_to_num(t.first_R[rf], nan=np.inf), np.diff(np.append(starts, n)))
+        lower = np.repeat(_unset_as_inf(t.first_R[rf]), np.diff(np.append(starts, n)))
         cs = np.maximum(a0, ws, out=a0)
         np.minimum(np.maximum(b1, ws, out=b1), cs, out=b1)
         np.minimum(np.maximum(b2, b1, out=b2), cs, out=b2)
@@ -355,3 +466,10 @@ class TokenLedger:
         out[: len(out) - zeros] = self.gaps["gap"][keep]
         out[len(out) - zeros:] = 0.0
         return out
+
+
+def _unset_as_inf(first_R: np.ndarray) -> np.ndarray:
+    """First receipts with the unset ones (NaN: no token received yet) as +inf: nothing is after them."""
+    out = first_R.copy()
+    out[np.isnan(out)] = np.inf
+    return out

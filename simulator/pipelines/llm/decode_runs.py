@@ -513,7 +513,8 @@ class Run:
         srv_start[0] = times[:, 6]
         if spans:
             self._spans(k, first_step, times, counts, tok_spans, stream_spans)
-        self._record(k, first_step, times[:, 3], times[:, 5], srv_start)
+        self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "g0": times[:, 2], "g1": times[:, 3],
+                                     "comm": np.zeros(k), "d1": times[:, 4], "e": times[:, 5]}, srv_start)
         return now
 
     def _spans(self, k: int, first_step: int, times, counts, tok_spans: list, stream_spans: list) -> None:
@@ -612,7 +613,7 @@ class Run:
                           np.concatenate(end_parts)[order], "cpu", seqs[order])
         rec.added(int(per_step.sum()))
 
-    def _record(self, k: int, first_step: int, g1, e_arr, srv_start) -> None:
+    def _record(self, k: int, first_step: int, times: dict, srv_start) -> None:
         """The run's tokens in the ledger, and the requests', the scheduler's and the engine's state."""
         o = self.o
         eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
@@ -620,30 +621,26 @@ class Run:
         rid = np.asarray(self.rid, dtype=np.int64)
         first = np.asarray(self.first, dtype=np.int64)
         last = np.minimum(np.asarray(self.last, dtype=np.int64), k - 1)
-        if self.prefill_rows:
-            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*self.prefill_rows))
-            fe.rows.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY, e=g1[ps], R=g1[ps],
-                           tokens=0)
-        # the tokens: step-major, each step's requests in running order (as the engine emits them)
+        # the tokens, request by request (each's steps in order): where each stands in its step's
+        # stream order (the step's requests in running order) gives its receipt
         ks = np.arange(k)[:, None]
         act = (ks >= first[None, :]) & (ks <= last[None, :])
-        step_of, col = np.nonzero(act)
-        req = rid[col]
+        col, step_of = np.nonzero(act.T)
         pc = fe.cpu.stream_per_chunk
         nserv = len(fe.servers)
-        rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
         if nserv == 1:
+            rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
             serialized = srv_start[0][step_of] + pc * rank[step_of, col]
         else:
-            serialized = np.empty(len(req))
+            serialized = np.empty(len(col))
             api = np.asarray(self.api, dtype=np.int64)
             for j in range(nserv):
                 pos_j = np.cumsum(act & (api == j)[None, :], axis=1)
                 sel = api[col] == j
-                serialized[sel] = np.array(srv_start[j])[step_of[sel]] + pc * pos_j[step_of[sel], col[sel]]
+                serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[step_of[sel], col[sel]]
         client, fsv = fe.client, fe.sv
         bw = client.bandwidth
-        ntok = np.ones(len(req), dtype=np.int64)  # every token is sent as it is made
+        ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
         received = (serialized + (client.latency + fsv.response_header_bytes / bw)
                     + ntok * (fsv.chunk_bytes_per_token / bw))
         pre = np.asarray(self.pre, dtype=np.int64)
@@ -652,21 +649,15 @@ class Run:
         gen0 = np.asarray(self.gen0, dtype=np.int64)
         t.generated[rid] = gen0 + emitted
         t.sent[rid] = gen0 + emitted
-        has = emitted > 0
-        if has.any():
-            # each emitting slot's last row: among the rows of its last step, its place there
-            step_rows = np.r_[0, np.cumsum(act.sum(axis=1))[:-1]]
-            idx = np.flatnonzero(has)
-            lr = step_rows[last[idx]] + rank[last[idx], idx] - 1
-            t.last_R[rid[idx]] = received[lr]
-            firsts = idx[(pre[idx] >= 0) & (gen0[idx] == 0)]
-            if len(firsts):
-                fr = step_rows[pre[firsts]] + rank[pre[firsts], firsts] - 1
-                t.first_R[rid[firsts]] = received[fr]
+        has = np.flatnonzero(emitted > 0)
+        row_end = np.cumsum(emitted[has])
+        t.last_R[rid[has]] = received[row_end - 1]
+        starts = row_end - emitted[has]
+        prefilled = pre[has] == first[has]  # its first row here carries its prefill's first token
+        firsts = prefilled & (gen0[has] == 0)
+        t.first_R[rid[has[firsts]]] = received[starts[firsts]]
         # the ledger folds rows against the requests' first receipts: the rows go after them
-        prefill = (step_of == pre[col]).astype(np.int8)
-        fe.rows.extend(len(req), req=req, step=first_step + step_of, prefill=prefill, kind=SENT, e=e_arr[step_of],
-                       R=received, tokens=ntok)
+        fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, self.prefill_rows, received)
         # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
         s = np.asarray(self.s, dtype=np.int64)
         c0 = np.asarray(self.c0, dtype=np.int64)
