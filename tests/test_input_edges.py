@@ -203,3 +203,30 @@ def test_a_misspelt_required_key_is_named_as_the_typo():
     with pytest.raises(ConfigError, match=r"workload.stages.0.durration: unknown key 'durration' "
                                           r"\(did you mean 'duration'\?\)"):
         load_scenario(None, {"workload.stages": [{"rate": 4, "durration": 20}]})
+
+
+@pytest.mark.parametrize("text,words", [
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,1_000,5\n", "row 3: num_prefill_tokens = '1_000' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n\n1,12\n", "row 3: num_decode_tokens = '' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n\n1,12,5,9\n", "is not a readable CSV (line 4 has 4 fields, the header 3)"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,abc,5\n", "row 3: num_prefill_tokens = 'abc' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,inf,5\n", "row 3: num_prefill_tokens = 'inf' is not finite"),
+])
+def test_a_bad_trace_row_is_one_error_naming_its_row(tmp_path, text, words):
+    from simulator.config.trace import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_trace(p)
+    assert words in str(err.value)
+
+
+def test_a_trace_reads_every_row_with_blank_lines_skipped_and_columns_by_name(tmp_path):
+    from simulator.config.trace import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text("num_decode_tokens,extra,arrived_at,num_prefill_tokens\n5,x,0.0,10\n\n7,y, 1.25 ,12\n")
+    rows = read_trace(p)
+    assert rows.arrived_at.tolist() == [0.0, 1.25]
+    assert rows.num_prefill_tokens.tolist() == [10, 12] and rows.num_decode_tokens.tolist() == [5, 7]
