@@ -31,6 +31,11 @@ def test_order_stats_are_numpys_percentiles_and_median_to_the_bit(percents):
         assert [x.hex() for x in got] == [float(x).hex() for x in expected]
 
 
+def test_order_stats_of_no_samples_is_an_error():
+    with pytest.raises(ValueError):
+        order_stats(np.empty(0))
+
+
 def test_a_nan_in_the_sample_gives_nan_as_numpy_does():
     v = np.array([1.0, np.nan, 3.0, 2.0])
     assert np.isnan(order_stats(v.copy(), median=True)).all()

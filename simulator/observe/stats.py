@@ -19,6 +19,8 @@ def order_stats(v: np.ndarray, percents=PERCENTS, *, median: bool = False) -> li
     holding a NaN gives NaN throughout, as numpy does."""
     v = np.asarray(v)
     n = v.size
+    if not n:
+        raise ValueError("order statistics of no samples")
     q = np.true_divide(percents, 100)
     virtual = (n - 1) * q
     prev = np.floor(virtual)
