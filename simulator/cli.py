@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import importlib
 import sys
 import time
@@ -102,7 +104,24 @@ def build_parser(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser
     return parser, modules
 
 
+def _freeze_at_exit() -> None:
+    """Register, once, ``gc.freeze`` to run at the interpreter's exit: the objects left then move to
+    the collector's permanent generation, so the shutdown's full collection does not traverse
+    everything the run built (about 40 ms of a 0.35 s ``lastmile run``). Nothing is lost: the memory
+    goes back with the process, and every file the command wrote was closed when it was written.
+    The atexit hook runs only when the process ends, so a caller of :func:`main` in a longer-lived
+    process (the tests) keeps its collector as it was until then."""
+    global _FREEZE_REGISTERED
+    if not _FREEZE_REGISTERED:
+        atexit.register(gc.freeze)
+        _FREEZE_REGISTERED = True
+
+
+_FREEZE_REGISTERED = False
+
+
 def main(argv: list[str] | None = None) -> int:
+    _freeze_at_exit()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, modules = build_parser(argv)
     args = parser.parse_args(argv)

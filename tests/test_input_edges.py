@@ -10,7 +10,7 @@ import pytest
 import simulator
 from simulator.config.loader import load_scenario, parse_override
 from simulator.config.trace import fit_to_context
-from simulator.config.yamlio import MAX_DEPTH, YAMLInputError, loads
+from simulator.config.yamlio import MAX_DEPTH, YAMLInputError, _StrictCLoader, loads, loads_catalog
 from simulator.errors import ConfigError, LastmileError
 from simulator.runfolder import check_out, is_run_folder, safe_name, write_run
 
@@ -25,6 +25,30 @@ def test_yaml_rejects_duplicate_keys_but_allows_merge_overrides():
     with pytest.raises(YAMLInputError, match="duplicate key 'a' \\(first at line 1\\)"):
         loads("a: 1\nb: 2\na: 3\n")
     assert loads("x: &x {b: 1, c: 2}\ny:\n  <<: *x\n  b: 5\n")["y"] == {"b": 5, "c": 2}
+
+
+def test_catalog_files_read_alike_with_libyaml_and_pure_python():
+    """The catalog is parsed with libyaml's parser (loads_catalog): the same data as the pure-Python
+    strict loader, for every shipped catalog and profile file."""
+    from importlib import resources
+
+    root = resources.files("simulator.config")
+    files = [f for d in ("catalog", "profiles") for f in (root / d).iterdir() if f.name.endswith(".yaml")]
+    assert len(files) >= 10
+    for f in files:
+        text = f.read_text()
+        assert loads(text, loader=_StrictCLoader) == loads(text), f.name
+
+
+def test_catalog_reader_keeps_the_strict_rules_and_the_words_of_its_errors():
+    assert loads_catalog("a: 1:2\nb: 1e3\nc: 0x10\nf: 1_000") == {"a": "1:2", "b": 1000.0, "c": 16, "f": 1000}
+    assert loads_catalog("x: &x {b: 1, c: 2}\ny:\n  <<: *x\n  b: 5\n")["y"] == {"b": 5, "c": 2}
+    for bad in ("a: 1\nb: 2\na: 3\n", "a: [1, 2\n", "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)):
+        with pytest.raises(YAMLInputError) as pure:
+            loads(bad)
+        with pytest.raises(YAMLInputError) as fast:
+            loads_catalog(bad)
+        assert str(fast.value) == str(pure.value)
 
 
 def test_yaml_bounds_depth_and_alias_expansion():
@@ -179,3 +203,30 @@ def test_a_misspelt_required_key_is_named_as_the_typo():
     with pytest.raises(ConfigError, match=r"workload.stages.0.durration: unknown key 'durration' "
                                           r"\(did you mean 'duration'\?\)"):
         load_scenario(None, {"workload.stages": [{"rate": 4, "durration": 20}]})
+
+
+@pytest.mark.parametrize("text,words", [
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,1_000,5\n", "row 3: num_prefill_tokens = '1_000' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n\n1,12\n", "row 3: num_decode_tokens = '' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n\n1,12,5,9\n", "is not a readable CSV (line 4 has 4 fields, the header 3)"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,abc,5\n", "row 3: num_prefill_tokens = 'abc' is not a number"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,inf,5\n", "row 3: num_prefill_tokens = 'inf' is not finite"),
+])
+def test_a_bad_trace_row_is_one_error_naming_its_row(tmp_path, text, words):
+    from simulator.config.trace import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_trace(p)
+    assert words in str(err.value)
+
+
+def test_a_trace_reads_every_row_with_blank_lines_skipped_and_columns_by_name(tmp_path):
+    from simulator.config.trace import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text("num_decode_tokens,extra,arrived_at,num_prefill_tokens\n5,x,0.0,10\n\n7,y, 1.25 ,12\n")
+    rows = read_trace(p)
+    assert rows.arrived_at.tolist() == [0.0, 1.25]
+    assert rows.num_prefill_tokens.tolist() == [10, 12] and rows.num_decode_tokens.tolist() == [5, 7]

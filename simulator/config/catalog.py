@@ -6,7 +6,7 @@ import copy
 from functools import lru_cache
 from importlib import resources
 
-from .yamlio import loads
+from .yamlio import loads_catalog
 
 KINDS = ("gpus", "links", "nodes", "cpus", "engines", "llms", "dits")
 
@@ -14,7 +14,7 @@ KINDS = ("gpus", "links", "nodes", "cpus", "engines", "llms", "dits")
 @lru_cache(maxsize=None)
 def _load(kind: str) -> dict:
     text = (resources.files("simulator.config") / "catalog" / f"{kind}.yaml").read_text()
-    return loads(text) or {}
+    return loads_catalog(text) or {}
 
 
 def kernels() -> dict:

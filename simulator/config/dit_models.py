@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .dit_arch import ArchError, DiTArch
 from .models import MAX_CONTEXT, LLMSpec, ScenarioBase, Strict, Workload
 from .quantities import Count, Fraction, Horizon, Int, Number
-from .yamlio import loads
+from .yamlio import loads_catalog
 
 MAX_GPUS = 1 << 16
 """Most GPUs one layout may span (the largest NVLink domains hold 576; clusters 10^5)."""
@@ -64,7 +64,7 @@ class ImageCodecs(Strict):
 def image_codecs() -> ImageCodecs:
     """The shipped image-codec catalog, validated."""
     text = (resources.files("simulator.config") / "catalog" / "image_codecs.yaml").read_text()
-    return ImageCodecs.model_validate(loads(text))
+    return ImageCodecs.model_validate(loads_catalog(text))
 
 
 # ---- DiT scenario ----------------------------------------------------------------------------

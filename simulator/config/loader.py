@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import difflib
 import reprlib
 import typing
 from importlib import resources
@@ -28,6 +27,8 @@ def default_scenario_text() -> str:
 
 
 def _suggest(word: str, options) -> str:
+    import difflib  # an error's suggestion: not loaded for a run that has none
+
     close = difflib.get_close_matches(str(word)[:100], [str(o) for o in options], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

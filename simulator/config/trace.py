@@ -14,6 +14,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -94,21 +95,23 @@ def _read_columns(p: Path) -> tuple[list[list[str]], int]:
             if missing:
                 raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}")
             where = [names.index(c) for c in COLUMNS]
-            cols: list[list[str]] = [[], [], []]
             width = len(names)
-            for row in reader:
-                if not row:
-                    continue  # a blank line, as pandas skips it
-                if len(row) > width:
-                    raise _fail(p, None, f"is not a readable CSV (line {reader.line_num} has {len(row)} fields, "
-                                         f"the header {width})")
-                for out, k in zip(cols, where):
-                    out.append(row[k] if k < len(row) else "")
+            rows = list(filter(None, reader))  # a blank line is skipped, as pandas skips it
+            if max(map(len, rows), default=0) > width:  # read again for the line of the first such row
+                f.seek(0)
+                reader = csv.reader(f)
+                next(reader)
+                for row in reader:
+                    if len(row) > width:
+                        raise _fail(p, None, f"is not a readable CSV (line {reader.line_num} has {len(row)} "
+                                             f"fields, the header {width})")
     except UnicodeDecodeError as exc:
         raise _fail(p, None, f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except (csv.Error, OSError) as exc:
         raise _fail(p, None, f"is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
-    return cols, len(cols[0])
+    if min(map(len, rows), default=width) < width:  # a short row's missing cells are empty
+        rows = [row + [""] * (width - len(row)) for row in rows]
+    return [list(map(itemgetter(k), rows)) for k in where], len(rows)
 
 
 def _number(text: str) -> float:
@@ -117,6 +120,17 @@ def _number(text: str) -> float:
         return float(text) if "_" not in text else float("nan")
     except ValueError:
         return float("nan")
+
+
+def _numbers(cells: list[str]) -> np.ndarray:
+    """A column's cells as :func:`_number` reads each: all at once where every one is a number
+    without underscores (every real trace), else cell by cell."""
+    if "_" not in "".join(cells):
+        try:
+            return np.fromiter(map(float, cells), dtype=float, count=len(cells))
+        except ValueError:
+            pass
+    return np.fromiter(map(_number, cells), dtype=float, count=len(cells))
 
 
 def _is_count(x) -> bool:
@@ -219,7 +233,7 @@ def _read_checked(path: str, mtime_ns: int, size: int) -> TraceRows:
         raise _fail(p, None, "has no rows")
     out = {}
     for col, text in zip(COLUMNS, texts):
-        values = np.fromiter((_number(x) for x in text), dtype=float, count=rows)
+        values = _numbers(text)
         row = _first(~np.isfinite(values))
         if row is not None:
             what = "is not a number" if np.isnan(values[row]) else "is not finite"

@@ -18,7 +18,7 @@ import numpy as np
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
 from .columns import Columns
-from .stats import stats as stats_of
+from .stats import order_stats, stats as stats_of
 from .result import Result
 from .sketch import QuantileSketch
 
@@ -340,33 +340,28 @@ def _kv_summary(stats: ServingStats, kv_blocks: int) -> dict:
             "mean_occupancy": sum(en.kv_sum for en in engines) / busy / kv_blocks}
 
 
-def _itl_stats(itl) -> dict:
-    """p50/p90/p99/mean of the gaps in ms: of every gap, or from their sketch."""
-    if not isinstance(itl, QuantileSketch):
-        return stats_of(itl, 1e3)
-    if not itl.count:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
-    p50, p90, p99 = (itl.quantile(q) * 1e3 for q in (0.5, 0.9, 0.99))
-    return {"p50": p50, "p90": p90, "p99": p99, "mean": itl.total / itl.count * 1e3}
-
-
-def _itl_stalls(itl) -> dict:
-    """p99/p50 of the gaps and how many exceed twice the median, from one partitioned copy of them
-    (or from their sketch)."""
+def _itl_summary(itl) -> tuple[dict, dict]:
+    """(p50/p90/p99/mean of the gaps in ms, their stalls: p99/p50 and how many exceed twice the
+    median), from their sketch or from one partitioned copy of the gaps (millions at 10k requests)."""
     if isinstance(itl, QuantileSketch):
         if not itl.count:
-            return {"p99_over_p50": None, "gaps_over_2x_median": 0}
-        p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
-        return {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
-                "gaps_over_2x_median": itl.count_above(2 * p50)}
+            return ({"p50": None, "p90": None, "p99": None, "mean": None},
+                    {"p99_over_p50": None, "gaps_over_2x_median": 0})
+        p50, p90, p99 = (itl.quantile(q) for q in (0.5, 0.9, 0.99))
+        return ({"p50": p50 * 1e3, "p90": p90 * 1e3, "p99": p99 * 1e3, "mean": itl.total / itl.count * 1e3},
+                {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
+                 "gaps_over_2x_median": itl.count_above(2 * p50)})
     if not len(itl):
-        return {"p99_over_p50": None, "gaps_over_2x_median": 0}
-    work = itl.copy()
-    p50, p99 = np.percentile(work, [50, 99], overwrite_input=True)
-    median = np.median(work, overwrite_input=True)
-    del work
-    return {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
-            "gaps_over_2x_median": int(np.count_nonzero(itl > 2 * median))}
+        return stats_of(itl, 1e3), {"p99_over_p50": None, "gaps_over_2x_median": 0}
+    if np.isfinite(itl).all():  # every run's: one copy, one partition for the percentiles and the median
+        mean = float(itl.mean() * 1e3)
+        p50, p90, p99, median = order_stats(itl.copy(), median=True)
+        ms = {"p50": p50 * 1e3, "p90": p90 * 1e3, "p99": p99 * 1e3, "mean": mean}
+    else:  # the percentiles in ms are of the finite gaps, the stalls of them all
+        ms = stats_of(itl, 1e3)
+        p50, p99, median = order_stats(itl.copy(), (50, 99), median=True)
+    return ms, {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
+                "gaps_over_2x_median": int(np.count_nonzero(itl > 2 * median))}
 
 
 def request_stages(workload, n: int) -> np.ndarray | None:
@@ -423,10 +418,11 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     start, end = (float(np.nanmin(arrival[done])), float(np.nanmax(t.last_R[done]))) if n_done else (0.0, 0.0)
     span = max(end - start, 1e-12) if n_done else 1.0
     out_tokens = float(t.output[done].sum())
+    itl_ms, itl_stalls = _itl_summary(itl)
     summary = {
         "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": n_done,
         "duration_s": end - start,
-        "ttft_ms": stats_of(ttft[done], 1e3), "itl_ms": _itl_stats(itl), "tpot_ms": stats_of(tpot[done], 1e3),
+        "ttft_ms": stats_of(ttft[done], 1e3), "itl_ms": itl_ms, "tpot_ms": stats_of(tpot[done], 1e3),
         "e2e_ms": stats_of(e2e[done], 1e3),
         "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": n_done / span,
                        "total_tokens_per_s": (out_tokens + float(t.prompt[done].sum())) / span},
@@ -436,7 +432,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
         "itl_last_mile_share": sum(after.values()) / itl_sum if itl_sum else 0.0,
-        "itl_stalls": _itl_stalls(itl),
+        "itl_stalls": itl_stalls,
         "utilization": _utilization(recorder, stats, horizon),
         "engine_time_share": engine_time_share(stats),
         "step_gap_ms": step_gaps(stats),

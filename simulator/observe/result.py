@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from dataclasses import dataclass, field
@@ -146,6 +145,8 @@ class Result:
 
     def _repr_html_(self) -> str:
         """A small table of the headline metrics and the mean breakdown, for notebooks."""
+        import html  # notebooks only
+
         esc = html.escape
         rows = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td>{esc(v)}</td></tr>"
                        for k, v in self.headline())
