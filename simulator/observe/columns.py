@@ -84,7 +84,11 @@ class RingColumns(Columns):
         at = self.size % self.capacity
         first = min(n, self.capacity - at)
         for k, arr in self._data.items():
-            v = np.broadcast_to(np.asarray(values[k]), (n,))
+            v = values[k]
+            if first == n:  # no wrap: one slice (a scalar broadcasts)
+                arr[at: at + n] = v
+                continue
+            v = np.broadcast_to(np.asarray(v), (n,))
             arr[at: at + first] = v[:first]
             arr[: n - first] = v[first:]
         self.size += n

@@ -127,22 +127,25 @@ class TokenLedger:
             return
         if self.buffer.size:
             self.flush()  # rows made before the run come first
-        if prefill_rows:
-            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
-            o = np.argsort(pr, kind="stable")
-            self.size += len(pr)
-            g1p = times["g1"][ps[o]]
-            self._fold(pr[o], first_step + ps[o], np.ones(len(pr), dtype=bool), np.full(len(pr), PREFILL_ONLY,
-                       dtype=np.int8), g1p, g1p, np.zeros(len(pr), dtype=np.int64))
-        n_rows = len(R)
         counts = last - first + 1
         starts = np.cumsum(counts) - counts             # each request's first row
-        self.size += n_rows
-        if len(starts):
-            # each request's first row of the run: after its previous row, wherever that was
-            ones = np.ones(len(starts), dtype=np.int64)
-            self._fold(slot_req, first_step + first, first_prefill, np.full(len(starts), SENT, dtype=np.int8),
-                       times["e"][first], R[starts], ones)
+        self.size += len(R) + len(prefill_rows)
+        # each request's first row of the run (after its previous row, wherever that was) and the
+        # prefill chunks, folded as any rows: request by request, in step order
+        req, step, prefill = slot_req, first, first_prefill
+        kind, e, r = np.full(len(starts), SENT, dtype=np.int8), times["e"][first], R[starts]
+        if prefill_rows:
+            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
+            g1p = times["g1"][ps]
+            req, step = np.concatenate([req, pr]), np.concatenate([step, ps])
+            prefill = np.concatenate([prefill, np.ones(len(pr), dtype=bool)])
+            kind = np.concatenate([kind, np.full(len(pr), PREFILL_ONLY, dtype=np.int8)])
+            e, r = np.concatenate([e, g1p]), np.concatenate([r, g1p])
+            o = np.lexsort((step, req))
+            req, step, prefill, kind, e, r = req[o], step[o], prefill[o], kind[o], e[o], r[o]
+        if len(req):
+            self._fold(req, first_step + step, prefill, kind, e, r, (kind == SENT).astype(np.int64))
+        n_rows = len(R)
         more = counts > 1
         if not more.any():
             self._retire_now()
