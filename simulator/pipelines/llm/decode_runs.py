@@ -158,6 +158,7 @@ class Run:
         p_track = proc.track
         p_rbusy = rec.busy.get(p_track, 0.0) if rec is not None else 0.0
         gpu_free, gpu_busy, kv_sum, kv_peak = eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak
+        gpu_free0 = gpu_free
         gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
         count_gap = not eng._after_idle
         kv_free, kv_total = sched.kv_free, sched.kv_total
@@ -165,8 +166,6 @@ class Run:
         frec = eng.links.fabric.recorder
         port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
                       for p in ports]
-        one_port = len(port_state) == 1
-        port_busy, port_bytes, port_rbusy = port_state[0] if one_port else (0.0, 0.0, 0.0)
         srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorder.busy.get(sv_.track, 0.0)
                 if sv_.recorder is not None else 0.0] for sv_ in servers]
         srv_start = [[] for _ in servers]  # per server after the first: when each step's stream task began
@@ -290,45 +289,12 @@ class Run:
                 e = resume = t_done
             if not resume < horizon:
                 break
-            # -- committed: the step's CPU, GPU and copy --
-            sched_total += sl
-            p_busy += sl
-            p_tasks += 1
-            if sl > 0:
-                p_rbusy += launched - start
-            if sampled:
-                work_total += work
-                p_busy += work
-                p_tasks += 1
-                if work > 0:
-                    p_rbusy += e - s2
-                free = e
-            else:
-                free = launched
-            if count_gap:
-                gap = g0 - gpu_free
-                gap_sum += gap
-                gap_steps += 1
-                if gap > gap_max:
-                    gap_max = gap
-            count_gap = True
-            used = kv_total - free_kv
-            if used > kv_peak:
-                kv_peak = used
+            # -- committed (its busy times, KV-time, bytes are summed over the run at its end) --
+            free = e if sampled else launched
             gpu_free = g1
-            gpu_busy += g1 - g0
-            kv_sum += used * (g1 - g0)
+            used = kv_total - free_kv
             if nbytes > 0:
                 booked = d1
-                if one_port:
-                    port_busy += secs
-                    port_bytes += nbytes
-                    port_rbusy += secs
-                else:
-                    for st in port_state:
-                        st[0] += secs
-                        st[1] += nbytes
-                        st[2] += secs
             # -- the arrivals this step overlaps: tokenized on the API servers in time order --
             while next_t <= resume:
                 rid = nxt
@@ -363,11 +329,6 @@ class Run:
             if sampled and single:  # the common case: one API server streams every chunk
                 st0 = e if e > s0_free else s0_free
                 s0_free = st0 + dur
-                s0_busy += dur
-                s0_stream += dur
-                s0_tasks += 1
-                if dur > 0:
-                    s0_rbusy += s0_free - st0
             elif sampled:
                 st0 = 0.0
                 for j in range(nserv):
@@ -474,6 +435,45 @@ class Run:
         if k == 0:
             fe.give_back_routes(routes)
             return None
+        times = np.array(rows)  # k x 16, every column as floats (whole numbers exactly)
+        counts = times[:, 11:].astype(np.int64)
+        # -- the run's sums: what each step adds to the engine's, the processes' and the ports' totals --
+        a1_, g0_, g1_, e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (1, 2, 3, 5, 6, 7, 8, 10))
+        batch_, used_, sampled_ = counts[:, 0], counts[:, 3], counts[:, 4]
+        emits = sampled_ > 0
+        sl_ = sps + spr * batch_ + pps + ppr * batch_ + launch  # as ``shape`` computes them, step by step
+        work_ = np.where(emits, dsf + dpt * sampled_ + opr * sampled_, 0.0)
+        sched_total = float(sl_.sum())
+        work_total = float(work_[emits].sum())
+        p_busy += sched_total + work_total
+        p_tasks += k + int(emits.sum())
+        p_rbusy += float((launched_ - start_)[sl_ > 0].sum()) + float((e_ - s2_)[emits & (work_ > 0)].sum())
+        gaps = g0_ - np.concatenate(([gpu_free0], g1_[:-1]))  # GPU idle before each step
+        if not count_gap:
+            gaps = gaps[1:]  # the engine had waited for work: its first step's wait is no gap
+        if len(gaps):
+            gap_sum += float(gaps.sum())
+            gap_steps += len(gaps)
+            gap_max = max(gap_max, float(gaps.max()))
+        busy_ = g1_ - g0_
+        gpu_busy += float(busy_.sum())
+        kv_sum += float((used_ * busy_).sum())
+        kv_peak = max(kv_peak, int(used_.max()))
+        nbytes_ = SAMPLED_ID_BYTES * sampled_[emits]
+        if len(nbytes_):
+            secs_ = nbytes_ / bw_min
+            moved, secs_total = float(nbytes_.sum()), float(secs_.sum())
+            for st in port_state:
+                st[0] += secs_total
+                st[1] += moved
+                st[2] += secs_total
+        if single:
+            dur_ = (sampled_ * pc)[emits]
+            streamed = float(dur_.sum())
+            s0_busy += streamed
+            s0_stream += streamed
+            s0_tasks += int(emits.sum())
+            s0_rbusy += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
         # -- write the run back: the engine's, the processes' and the ports' accumulators --
         proc.free_at, proc.busy, proc.tasks = free, p_busy, p_tasks
         for label, total in (("schedule+launch", sched_total), ("detokenize", work_total)):
@@ -483,8 +483,6 @@ class Run:
         if rec is not None:
             rec.busy[p_track] = p_rbusy
         eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak = gpu_free, gpu_busy, kv_sum, kv_peak
-        if one_port:
-            port_state[0] = [port_busy, port_bytes, port_rbusy]
         for p, (busy_time, moved, rbusy) in zip(ports, port_state):
             p.booked_until, p.busy_time, p.bytes_moved = booked, busy_time, moved
             if frec is not None:
@@ -504,8 +502,6 @@ class Run:
         fe.next_rid = nxt
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
-        times = np.array(rows)  # k x 16, every column as floats (whole numbers exactly)
-        counts = times[:, 11:].astype(np.int64)
         eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], g0=times[:, 2], g1=times[:, 3], comm=0.0, d1=times[:, 4],
                          batch=counts[:, 0], decode=counts[:, 1], prefill_tokens=counts[:, 2])
         if eng.kv_steps is not None:
