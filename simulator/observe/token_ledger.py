@@ -107,13 +107,15 @@ class TokenLedger:
         if self.buffer.size >= FOLD_ROWS or self._steps_leaving(row["step"]):
             self.flush()
 
-    def fold_run(self, first_step: int, times: dict, slot_req, first, last, first_prefill, prefill_rows, R) -> None:
+    def fold_run(self, first_step: int, times: dict, slot_req, first, last, first_prefill, prefill_rows, R,
+                 row_req, row_step) -> None:
         """A closed-form decode run's rows, folded as they are made: the run's steps are
         ``first_step`` on (``times``: their a0, a1, g0, g1, comm, d1, e, one value per step), emitting
         request ``slot_req[j]`` made one row at each step ``first[j]..last[j]`` (steps of the run;
         its row at ``first[j]`` carries a prefill's first token where ``first_prefill[j]``),
-        received at ``R`` (the rows request by request, each's in step order); ``prefill_rows``:
-        (step of the run, request) of chunks that did not complete their prompt.
+        received at ``R`` (the rows request by request, each's in step order: ``row_req`` and
+        ``row_step`` say whose and which step each is); ``prefill_rows``: (step of the run, request)
+        of chunks that did not complete their prompt.
 
         Each request's first row of the run, and the prefill chunks, are folded as any rows are.
         Its later rows each follow its own row of the step before, in the same run: their windows'
@@ -162,25 +164,26 @@ class TokenLedger:
         bc = np.maximum(c2, g1[1:] - comm[1:])
         per_step = {"d2h": (ws, b1), "detokenize": (b1, b2), "schedule": (cs, c1), "queue": (c1, c2),
                     "decode": (c2, bc), "comm": (bc, g1[1:])}
-        # the later rows: request by request, each's steps first+1..last (index i - 1 into the arrays above)
-        req_of = np.repeat(np.arange(len(starts)), counts)
-        later = np.ones(n_rows, dtype=bool)
-        later[starts] = False
-        rows = np.flatnonzero(later)
-        i = (np.arange(n_rows) - starts[req_of] + first[req_of])[rows] - 1
-        r_prev = R[rows - 1]
-        b3 = np.minimum(np.maximum(r_prev, b2[i]), cs[i])
+        # the later rows: request by request, each's steps first+1..last (index i = step - 1 into the
+        # arrays above); each's first row is computed along and left out of the sums (zeroed)
+        i = row_step - 1
+        r_prev = np.empty(n_rows)
+        r_prev[1:] = R[:-1]
+        r_prev[0] = R[0]
+        b2i, csi = b2[i], cs[i]
+        b3 = np.minimum(np.maximum(r_prev, b2i), csi)
+        lower = np.repeat(_unset_as_inf(t.first_R[slot_req]), counts)
+        per_row = np.empty((5, n_rows))
+        np.maximum(b3 - b2i, 0.0, out=per_row[0])                                     # stream
+        np.maximum(csi - b3, 0.0, out=per_row[1])                                     # queue before the step
+        b1i = b1[i]
+        np.maximum(b1i - np.maximum(ws[i], lower), 0.0, out=per_row[2])              # after the first token
+        np.maximum(b2i - np.maximum(b1i, lower), 0.0, out=per_row[3])
+        np.maximum(b3 - np.maximum(b2i, lower), 0.0, out=per_row[4])
+        per_row[:, starts] = 0.0
+        sums = np.add.reduceat(per_row, starts, axis=1)[:, more]
         groups = np.flatnonzero(more)
-        g_starts = np.cumsum(counts[groups] - 1) - (counts[groups] - 1)
         reqs = slot_req[groups]
-        lower = np.repeat(_unset_as_inf(t.first_R[reqs]), counts[groups] - 1)
-        per_row = np.empty((5, len(rows)))
-        np.maximum(b3 - b2[i], 0.0, out=per_row[0])                                   # stream
-        np.maximum(cs[i] - b3, 0.0, out=per_row[1])                                   # queue before the step
-        np.maximum(b1[i] - np.maximum(ws[i], lower), 0.0, out=per_row[2])            # after the first token
-        np.maximum(b2[i] - np.maximum(b1[i], lower), 0.0, out=per_row[3])
-        np.maximum(b3 - np.maximum(b2[i], lower), 0.0, out=per_row[4])
-        sums = np.add.reduceat(per_row, g_starts, axis=1)
         self.full["stream"][reqs] += sums[0]
         self.full["queue"][reqs] += sums[1]
         for cat, total in zip(LLM_LAST_MILE, sums[2:]):
@@ -194,7 +197,9 @@ class TokenLedger:
         self.prev_g1[reqs], self.prev_d1[reqs], self.prev_e[reqs] = g1[hi], d1[hi], e[hi]
         self.prev_R[reqs] = self.prev_sent[reqs] = R[end_rows]
         self.last_step[reqs] = first_step + hi
-        self.gaps.extend(len(rows), gap=R[rows] - r_prev, req=slot_req[req_of[rows]])
+        later = np.ones(n_rows, dtype=bool)
+        later[starts] = False
+        self.gaps.extend(n_rows - len(starts), gap=(R - r_prev)[later], req=row_req[later])
         if self.gaps.size > (EXACT_GAPS if self.sketch is None else SKETCH_GAPS):
             self._spill()
         self._retire_now()

@@ -653,7 +653,8 @@ class Run:
         firsts = prefilled & (gen0[has] == 0)
         t.first_R[rid[has[firsts]]] = received[starts[firsts]]
         # the ledger folds rows against the requests' first receipts: the rows go after them
-        fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, self.prefill_rows, received)
+        fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, self.prefill_rows, received,
+                         rid[col], step_of)
         # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
         s = np.asarray(self.s, dtype=np.int64)
         c0 = np.asarray(self.c0, dtype=np.int64)
