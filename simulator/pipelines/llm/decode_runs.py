@@ -619,21 +619,21 @@ class Run:
         last = np.minimum(np.asarray(self.last, dtype=np.int64), k - 1)
         # the tokens, request by request (each's steps in order): where each stands in its step's
         # stream order (the step's requests in running order) gives its receipt
-        ks = np.arange(k)[:, None]
-        act = (ks >= first[None, :]) & (ks <= last[None, :])
-        col, step_of = np.nonzero(act.T)
+        ks = np.arange(k)
+        act = (ks >= first[:, None]) & (ks <= last[:, None])  # request x step: who emits where
+        col, step_of = np.nonzero(act)
         pc = fe.cpu.stream_per_chunk
         nserv = len(fe.servers)
         if nserv == 1:
-            rank = np.cumsum(act, axis=1)  # each request's place among the step's requests, from 1
-            serialized = srv_start[0][step_of] + pc * rank[step_of, col]
+            rank = np.cumsum(act, axis=0)  # each request's place among the step's requests, from 1
+            serialized = srv_start[0][step_of] + pc * rank[col, step_of]
         else:
             serialized = np.empty(len(col))
             api = np.asarray(self.api, dtype=np.int64)
             for j in range(nserv):
-                pos_j = np.cumsum(act & (api == j)[None, :], axis=1)
+                pos_j = np.cumsum(act & (api == j)[:, None], axis=0)
                 sel = api[col] == j
-                serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[step_of[sel], col[sel]]
+                serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
         client, fsv = fe.client, fe.sv
         bw = client.bandwidth
         ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
