@@ -51,8 +51,12 @@ def simulate(scenario) -> Result:
 
 def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None) -> Result:
     """Load a scenario (file, dict or the built-in default), apply overrides and simulate it."""
-    sc = load_scenario(scenario, overrides)
+    return run_loaded(load_scenario(scenario, overrides), scenario)
+
+
+def run_loaded(sc, source: str | Path | Mapping | None = None) -> Result:
+    """Simulate a loaded scenario; an error that names no file names ``source`` (its file or dict)."""
     try:
         return simulate(sc)
     except ConfigError as exc:
-        raise _named(exc, scenario) from None
+        raise _named(exc, source) from None

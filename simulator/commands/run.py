@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -21,15 +22,23 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..api import run  # the simulator's dependencies, loaded when a run is asked for (not for --help)
-    from ..config.loader import parse_override
-    from ..report.text import format_summary
-    from ..runfolder import check_out, default_out, write_run
+    # Start-up (the simulator's modules, loaded when a run is asked for, not for --help; the
+    # scenario) makes many objects and next to no garbage cycles: the cyclic collector waits until
+    # it is done (its collections while numpy, pydantic and the models load cost about 60 ms).
+    gc.disable()
+    try:
+        from ..api import load_scenario, run_loaded
+        from ..config.loader import parse_override
+        from ..report.text import format_summary
+        from ..runfolder import check_out, default_out, write_run
 
-    overrides = dict(parse_override(o) for o in args.overrides)
-    if args.out and not args.no_write:
-        check_out(Path(args.out))  # before simulating: a refused folder costs nothing
-    result = run(args.scenario, overrides)
+        overrides = dict(parse_override(o) for o in args.overrides)
+        if args.out and not args.no_write:
+            check_out(Path(args.out))  # before simulating: a refused folder costs nothing
+        scenario = load_scenario(args.scenario, overrides)
+    finally:
+        gc.enable()
+    result = run_loaded(scenario, args.scenario)
     s = result.summary
     if s.get("status") == "oom":  # an outcome in a sweep; for one run there is nothing to show
         raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s["memory_key"])
