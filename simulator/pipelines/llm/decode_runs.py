@@ -184,6 +184,8 @@ class Run:
         nxt = fe.next_rid
         next_t = float(arr[nxt]) if nxt < n_req else float("inf")
         routes = fe.take_routes()  # [(tok_end, seq, rid)], a heap
+        inf = float("inf")
+        next_route = routes[0][0] if routes else inf  # when the first of them ends
         seq = len(routes)
         rid_l, c0, s_l, first_l, last_l, pre_l = self.rid, self.c0, self.s, self.first, self.last, self.pre
         gen0, api_l, cnt, rho, ending = self.gen0, self.api, self.cnt, self.rho, self.ending
@@ -194,8 +196,10 @@ class Run:
         k = 0
         while k < MAX_STEPS:
             a0 = now
-            while routes and routes[0][0] <= a0:  # tokenized before this step: they join the queue
-                fe._route(heapq.heappop(routes)[2])
+            if next_route <= a0:  # tokenized before this step: they join the queue
+                while routes and routes[0][0] <= a0:
+                    fe._route(heapq.heappop(routes)[2])
+                next_route = routes[0][0] if routes else inf
             # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
             nrun = nd + (P >= 0)
             if nrun > budget:
@@ -208,16 +212,15 @@ class Run:
             if P < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
                 if not nd:
                     break  # nothing runs: the engine waits
-                pairs = admit = None
-                p_done = False
-                p_take = new_tokens = nchunks = 0
+                pairs = None
+                new_tokens = nchunks = 0
                 sampled = nd
                 fixed = shapes.get(nd)
                 if fixed is None:
                     fixed = shapes[nd] = (*shape(nd, nd), cost.linear_time(nd), cost.head_time(nd))
+                sched_c, sl, nbytes, secs, work, dur, lin, head = fixed
                 # ``cost.decode_time(ctx, nd)``, inline: the same arithmetic in the same order
-                compute = pp * (fixed[6] + layers * (max(ctx * flop, ctx * d_kv + nd * d_q, floor) + d_fixed)) \
-                    + fixed[7]
+                compute = pp * (lin + layers * (max(ctx * flop, ctx * d_kv + nd * d_q, floor) + d_fixed)) + head
             else:
                 left = budget - nd
                 pairs = []
@@ -269,8 +272,8 @@ class Run:
                     fixed = shape(nd, nd)
                 else:
                     break  # nothing runs: the engine waits
+                sched_c, sl, nbytes, secs, work, dur = fixed
             batch = nd + nchunks
-            sched_c, sl, nbytes, secs, work, dur = fixed[:6]
             start = a0 if a0 > free else free
             launched = start + sl
             a1 = start + sched_c
@@ -322,6 +325,8 @@ class Run:
                 t.api[rid] = j
                 t.tok_start[rid], t.tok_end[rid] = st, en
                 heapq.heappush(routes, (en, seq, rid))
+                if en < next_route:
+                    next_route = en
                 seq += 1
                 nxt += 1
                 next_t = float(arr[nxt]) if nxt < n_req else float("inf")
@@ -333,8 +338,10 @@ class Run:
                 st0 = 0.0
                 for j in range(nserv):
                     state = srv[j]
-                    c = nd_api[j] + (p_done and api_l[P] == j) + sum(
-                        1 for rid, target, n in admit or () if n >= target and rid % nserv == j)
+                    c = nd_api[j]
+                    if pairs:  # and the prefills this step completed, on this server
+                        c += (p_done and api_l[P] == j) + sum(
+                            1 for rid, target, n in admit if n >= target and rid % nserv == j)
                     if c:
                         dur = c * pc
                         st = e if e > state[0] else state[0]
