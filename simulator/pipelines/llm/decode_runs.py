@@ -11,8 +11,9 @@ batch limit and the KV blocks allow); its GPU time is the cost model's closed fo
 arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
 chunks. This module computes those times with the same arithmetic, in the same order, as the
 step-by-step engine (a scalar loop over the steps' time chain, each request's state as counters:
-its decode start, its finish step, the step its KV needs a new block), records the run's tokens
-with numpy over steps x requests, and lets the engine sleep until the run's last step is done.
+its decode start, its finish step, the step its KV needs a new block); the busy times, KV-time and
+bytes the run adds are summed over its steps at its end (equal to rounding), its tokens and spans
+are recorded with numpy (``run_records``), and the engine sleeps until the run's last step is done.
 
 A run ends before a step the closed form does not cover — a preemption (the blocks of the decodes
 do not fit), a partial prefill whose chunk finds no blocks, the horizon, nothing left to run —
@@ -27,8 +28,8 @@ import heapq
 
 import numpy as np
 
-from ...observe.records import PREFILL_ONLY, SENT
 from .links import SAMPLED_ID_BYTES
+from .run_records import record_spans, record_tokens
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -59,7 +60,7 @@ class DecodeRuns:
         """Commit the longest run of steps that can start now; returns when its last step's
         outputs were handed to the frontend (the time the engine's loop resumes), or None if not
         even the first step can be run in closed form."""
-        eng, fe, t, sched = self.e, self.fe, self.e.table, self.e.sched
+        eng, t, sched = self.e, self.e.table, self.e.sched
         sv = eng.sv
         budget, bs = sv.max_batched_tokens, sv.block_size
         running = sched.running
@@ -122,9 +123,8 @@ class Run:
                 self.nd_api[j] += 1
 
     def play(self, now: float) -> float | None:
-        """Walk the run's time chain step by step until a step the closed form does not cover;
-        record the steps played. Every accumulator (busy time, KV-time, bytes) grows by the same
-        additions in the same order as on the step-by-step path."""
+        """Walk the run's time chain step by step until a step the closed form does not cover, then
+        record the steps played; returns when the engine's loop resumes (None: no step played)."""
         o = self.o
         eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
         sv, cpu, cost = eng.sv, eng.cpu, eng.cost
@@ -520,170 +520,10 @@ class Run:
                                      "comm": np.zeros(k), "d1": times[:, 4], "e": times[:, 5]}, srv_start)
         return now
 
-    def _spans(self, k: int, first_step: int, times, counts, tok_spans: list, stream_spans: list) -> None:
-        """The run's spans, made from its steps' times, in the order the step-by-step engine records
-        them: per step its scheduling, its GPU work, its copy, the arrivals' tokenizations that began
-        before its detokenization, the detokenization, the later ones, its stream tasks."""
-        o = self.o
-        eng, fe = o.e, o.fe
-        cpu, rec = eng.cpu, eng.proc.recorder
-        ports, _ = eng.links.d2h_route
-        servers, pc = fe.servers, fe.cpu.stream_per_chunk
-        a1, g0, g1, d1, e, st0, start, launched, begin, s2 = (times[:, c] for c in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
-        batch, nd, new, _, sampled = counts.T
-        sl = cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step \
-            + cpu.prepare_per_request * batch + eng.launch_cost
-        work = cpu.detokenize_step_fixed + cpu.detokenize_per_token * sampled + cpu.output_per_request * sampled
-        has_sched = sl > 0
-        has_d2h = sampled > 0
-        has_detok = has_d2h & (work > 0)
-        gpus, nports = len(eng.gpu_tracks), len(ports)
-        tok_before = np.zeros(k, dtype=np.int64)
-        tok_after = np.zeros(k, dtype=np.int64)
-        if tok_spans:
-            tk, after, tj, tst, ten = (np.array(c) for c in zip(*tok_spans))
-            np.add.at(tok_before, tk[~after], 1)
-            np.add.at(tok_after, tk[after], 1)
-        if len(servers) == 1:
-            has_stream = has_d2h & (sampled * pc > 0)
-            n_stream = has_stream.astype(np.int64)
-        else:
-            n_stream = np.zeros(k, dtype=np.int64)
-            if stream_spans:
-                sk, sj, sst, sen = (np.array(c) for c in zip(*stream_spans))
-                np.add.at(n_stream, sk, 1)
-        per_step = (has_sched + gpus + nports * has_d2h + tok_before + has_detok + tok_after + n_stream)
-        base = rec.count + np.cumsum(per_step) - per_step  # each step's first place in the order
-        at_gpu = base + has_sched
-        at_tok = at_gpu + gpus + nports * has_d2h        # the first tokenization before the detokenization
-        at_detok = at_tok + tok_before
-        at_stream = at_detok + has_detok + tok_after
-        proc = eng.proc.track
-        # the engine process: scheduling and detokenization, in the order recorded
-        order = np.argsort(np.concatenate([base[has_sched], at_detok[has_detok]]), kind="stable")
-        rec.add_block(proc, list(np.array(["schedule+launch"] * int(has_sched.sum())
-                                          + ["detokenize"] * int(has_detok.sum()), dtype=object)[order]),
-                      np.concatenate([start[has_sched], s2[has_detok]])[order],
-                      np.concatenate([launched[has_sched], e[has_detok]])[order], "cpu",
-                      np.concatenate([base[has_sched], at_detok[has_detok]])[order])
-        labels = [f"step {first_step + i} ({d}d+{p}p)" for i, d, p in zip(range(k), nd.tolist(), new.tolist())]
-        cats = np.where(new > 0, "prefill", "decode").tolist()
-        for g, track in enumerate(eng.gpu_tracks):
-            rec.add_block(track, labels, g0, g1, cats, at_gpu + g)
-        for p, port in enumerate(ports):
-            rec.add_block(port.track, "d2h", begin[has_d2h], d1[has_d2h], "link", (at_gpu + gpus + p)[has_d2h])
-        # the API servers: tokenizations (in the order they were booked) and stream tasks
-        tok_seq = None
-        if tok_spans:
-            # a tokenization's place: its step's first (before or after the detokenization), then its rank there
-            rank = np.zeros(len(tk), dtype=np.int64)
-            for flag in (False, True):
-                sel = np.flatnonzero(after == flag)
-                if len(sel):
-                    first = np.r_[True, tk[sel][1:] != tk[sel][:-1]]
-                    group = np.cumsum(first) - 1
-                    starts = np.flatnonzero(first)
-                    rank[sel] = np.arange(len(sel)) - starts[group]
-            tok_seq = np.where(after, (at_detok + has_detok)[tk], at_tok[tk]) + rank
-        for j, server in enumerate(servers):
-            seq_parts, name_parts, start_parts, end_parts = [], [], [], []
-            if tok_spans:
-                mine = tj == j
-                seq_parts.append(tok_seq[mine])
-                name_parts.append(np.full(int(mine.sum()), "tokenize", dtype=object))
-                start_parts.append(tst[mine])
-                end_parts.append(ten[mine])
-            if len(servers) == 1:
-                seq_parts.append(at_stream[has_stream])
-                name_parts.append(np.full(int(has_stream.sum()), "stream", dtype=object))
-                start_parts.append(st0[has_stream])
-                end_parts.append(st0[has_stream] + (sampled * pc)[has_stream])
-            elif stream_spans:
-                mine = sj == j
-                # a step's stream tasks go server by server: this one's place after the servers before it
-                before = np.zeros(len(sk), dtype=np.int64)
-                for i in range(1, len(sk)):
-                    before[i] = before[i - 1] + 1 if sk[i] == sk[i - 1] else 0
-                seq_parts.append((at_stream[sk] + before)[mine])
-                name_parts.append(np.full(int(mine.sum()), "stream", dtype=object))
-                start_parts.append(sst[mine])
-                end_parts.append(sen[mine])
-            if not seq_parts:
-                continue
-            seqs = np.concatenate(seq_parts)
-            order = np.argsort(seqs, kind="stable")
-            rec.add_block(server.track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
-                          np.concatenate(end_parts)[order], "cpu", seqs[order])
-        rec.added(int(per_step.sum()))
+    def _spans(self, *args) -> None:
+        """The run's spans (:func:`run_records.record_spans`)."""
+        record_spans(self, *args)
 
-    def _record(self, k: int, first_step: int, times: dict, srv_start) -> None:
-        """The run's tokens in the ledger, and the requests', the scheduler's and the engine's state."""
-        o = self.o
-        eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
-        bs = eng.sv.block_size
-        rid = np.asarray(self.rid, dtype=np.int64)
-        first = np.asarray(self.first, dtype=np.int64)
-        last = np.minimum(np.asarray(self.last, dtype=np.int64), k - 1)
-        # the tokens, request by request (each's steps in order): where each stands in its step's
-        # stream order (the step's requests in running order) gives its receipt
-        ks = np.arange(k)
-        act = (ks >= first[:, None]) & (ks <= last[:, None])  # request x step: who emits where
-        col, step_of = np.nonzero(act)
-        pc = fe.cpu.stream_per_chunk
-        nserv = len(fe.servers)
-        if nserv == 1:
-            rank = np.cumsum(act, axis=0)  # each request's place among the step's requests, from 1
-            serialized = srv_start[0][step_of] + pc * rank[col, step_of]
-        else:
-            serialized = np.empty(len(col))
-            api = np.asarray(self.api, dtype=np.int64)
-            for j in range(nserv):
-                pos_j = np.cumsum(act & (api == j)[:, None], axis=0)
-                sel = api[col] == j
-                serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
-        client, fsv = fe.client, fe.sv
-        bw = client.bandwidth
-        ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
-        received = (serialized + (client.latency + fsv.response_header_bytes / bw)
-                    + ntok * (fsv.chunk_bytes_per_token / bw))
-        pre = np.asarray(self.pre, dtype=np.int64)
-        # per-request state after the run
-        emitted = np.maximum(last - first + 1, 0)
-        gen0 = np.asarray(self.gen0, dtype=np.int64)
-        t.generated[rid] = gen0 + emitted
-        t.sent[rid] = gen0 + emitted
-        has = np.flatnonzero(emitted > 0)
-        row_end = np.cumsum(emitted[has])
-        t.last_R[rid[has]] = received[row_end - 1]
-        starts = row_end - emitted[has]
-        prefilled = pre[has] == first[has]  # its first row here carries its prefill's first token
-        firsts = prefilled & (gen0[has] == 0)
-        t.first_R[rid[has[firsts]]] = received[starts[firsts]]
-        # the ledger folds rows against the requests' first receipts: the rows go after them
-        fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, self.prefill_rows, received,
-                         rid[col], step_of)
-        # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
-        s = np.asarray(self.s, dtype=np.int64)
-        c0 = np.asarray(self.c0, dtype=np.int64)
-        comp = np.where(s < MAX_STEPS, c0 + np.maximum(last + 1 - s, 0), c0)
-        if self.partial >= 0:
-            comp[self.partial] = self.p_comp
-        t.computed[rid] = comp
-        if self.admitted_target:
-            slots = np.fromiter(self.admitted_target, dtype=np.int64)
-            t.target[rid[slots]] = np.fromiter(self.admitted_target.values(), dtype=np.int64)
-        fin = np.asarray(self.finished, dtype=np.int64)
-        blocks = -(-comp // bs)
-        if len(fin):
-            blocks[fin] = 0
-        t.blocks[rid] = blocks
-        live = np.ones(len(rid), dtype=bool)
-        if len(fin):
-            live[fin] = False
-            finished = rid[fin]
-            t.finished[finished] = True
-            eng.outstanding -= len(finished)
-        sched.running = rid[live].tolist()
-        sched._run_arr = None
-        for r, receipt in zip(rid[fin].tolist(), t.last_R[rid[fin]].tolist()):
-            fe.on_finish(r, receipt)
+    def _record(self, *args) -> None:
+        """The run's tokens and the requests' state after it (:func:`run_records.record_tokens`)."""
+        record_tokens(self, *args)
