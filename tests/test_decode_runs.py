@@ -114,7 +114,9 @@ def test_runs_record_the_same_spans_in_the_same_order(servers, coalesced):
 
 
 @pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
-                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2}])
+                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2},
+                                    # a host KV tier on its own link: admissions load swapped-out KV back
+                                    {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
     simulator.run(trace_scenario("splitwise_conv.csv", 150), change)

@@ -2,7 +2,7 @@
 
 In an engine whose every step is a closed form of its batch (synchronous overlap, detokenization
 in the engine, every token streamed, one replica, an open-loop workload, a GPU with no step
-communication, no CPU-core contention, no speculative decoding, no prefix cache), nothing outside
+communication, no CPU-core contention, no speculative decoding, no prefix cache or host KV tier), nothing outside
 the engine changes its world but the requests arriving, and their arrival times are known. So a
 run of steps can be played forward at once: before each step, the requests whose tokenization has
 ended join the waiting queue; the step is scheduled as vLLM V1's scheduler would (the running
@@ -53,8 +53,8 @@ class DecodeRuns:
         return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
                 and sv.api_server_process == "own" and not cpu.has_ipc
-                and sv.multi_step == 1 and engine.sched.cache is None and engine.spec is None
-                and sv.long_prefill_token_threshold == 0)
+                and sv.multi_step == 1 and engine.sched.cache is None and engine.sched.offload is None
+                and engine.spec is None and sv.long_prefill_token_threshold == 0)
 
     def run(self) -> float | None:
         """Commit the longest run of steps that can start now; returns when its last step's
