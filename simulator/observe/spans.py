@@ -151,15 +151,21 @@ class SpanRecorder:
         order recorded."""
         import pandas as pd  # imported where a frame is built: a run without spans never needs pandas
 
-        parts, seqs = [], []
+        tracks, names, cats, starts, ends, seqs = [], [], [], [], [], []
         for t in self.tracks():
-            s, e, names, cats = self.track_spans(t)
-            parts.append(pd.DataFrame({"track": t, "name": names, "start": s, "end": e, "category": cats}))
+            s, e, n, c = self.track_spans(t)
+            tracks.append(np.full(len(s), t, dtype=object))
+            names.append(n)
+            cats.append(c)
+            starts.append(s)
+            ends.append(e)
             seqs.append(self._seq(t))
-        if not parts:
+        if not tracks:
             return pd.DataFrame({"track": [], "name": [], "start": [], "end": [], "category": []})
-        frame = pd.concat(parts, ignore_index=True)
-        return frame.iloc[np.argsort(np.concatenate(seqs), kind="stable")].reset_index(drop=True)
+        order = np.argsort(np.concatenate(seqs), kind="stable")
+        return pd.DataFrame({key: np.concatenate(parts)[order] for key, parts in
+                             (("track", tracks), ("name", names), ("start", starts), ("end", ends),
+                              ("category", cats))})
 
     def _seq(self, track: str) -> np.ndarray:
         """The recording order of one track's spans (their places among all spans)."""
@@ -194,7 +200,7 @@ class _Block:
 
 def _columns(held: list) -> tuple:
     """One track's held spans (single spans as tuples, blocks) as (names, starts, ends, categories,
-    seqs), in the order held."""
+    seqs), in the order held; the list then holds them as one block."""
     names, cats, starts, ends, seqs = [], [], [], [], []
     singles: list = []
 
@@ -219,7 +225,10 @@ def _columns(held: list) -> tuple:
         else:
             singles.append(item)
     flush_singles()
-    return names, np.concatenate(starts), np.concatenate(ends), cats, np.concatenate(seqs)
+    out = names, np.concatenate(starts), np.concatenate(ends), cats, np.concatenate(seqs)
+    if len(held) > 1 or not isinstance(held[0], _Block):
+        held[:] = [_Block(*out)]  # the same spans as one block: read again, they need no assembling
+    return out
 
 
 def _objects(values: list) -> np.ndarray:
