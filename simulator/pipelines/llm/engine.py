@@ -169,7 +169,7 @@ class Engine:
 
     def enqueue(self, rid: int) -> None:
         """A tokenized request reaches this engine (as a message, where its API server is another process)."""
-        if self.sv.outputs_cross_to_api:
+        if self.sv.outputs_cross_to_api and self.cpu.has_ipc:  # a message that costs nothing books nothing
             book(self.proc, self.env.now, message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid])),
                  "receive request")
         self.sched.waiting.append(rid)
