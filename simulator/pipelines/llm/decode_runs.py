@@ -149,6 +149,7 @@ class Run:
             nbytes = SAMPLED_ID_BYTES * sampled
             return (sched_c, sched_c + launch, nbytes, nbytes / bw_min if nbytes > 0 else 0.0,
                     dsf + dpt * sampled + opr * sampled if sampled else 0.0, sampled * pc)
+
         prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
         arr = arrival.values
         n_req = t.n
@@ -162,7 +163,6 @@ class Run:
         gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
         count_gap = not eng._after_idle
         kv_free, kv_total = sched.kv_free, sched.kv_total
-        sched_total = work_total = 0.0
         frec = eng.links.fabric.recorder
         port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
                       for p in ports]
@@ -174,7 +174,10 @@ class Run:
         s0_stream = 0.0
         stream_total = [0.0] * nserv
         tok_total = [0.0] * nserv
-        rows = []  # per step: a0, a1, g0, g1, d1, e, batch, decodes, prefill tokens, KV blocks used
+        # per step: a0, a1, g0, g1, d1, e, the first API server's stream start, the engine's start,
+        # launch end, the copy's begin, the detokenization start; batch, decodes, prefill tokens, KV
+        # blocks used, sampled ids
+        rows = []
         spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
         stream_spans = []  # with spans and several API servers: (step, server, start, end)
@@ -445,7 +448,7 @@ class Run:
         times = np.array(rows)  # k x 16, every column as floats (whole numbers exactly)
         counts = times[:, 11:].astype(np.int64)
         # -- the run's sums: what each step adds to the engine's, the processes' and the ports' totals --
-        a1_, g0_, g1_, e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (1, 2, 3, 5, 6, 7, 8, 10))
+        g0_, g1_, e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (2, 3, 5, 6, 7, 8, 10))
         batch_, used_, sampled_ = counts[:, 0], counts[:, 3], counts[:, 4]
         emits = sampled_ > 0
         sl_ = sps + spr * batch_ + pps + ppr * batch_ + launch  # as ``shape`` computes them, step by step
