@@ -19,7 +19,7 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -105,7 +105,7 @@ class Family:
 
 def _require(doc: dict, key: str, path: Path, types) -> Any:
     if key not in doc:
-        raise ConfigError(f"required key is missing", file=str(path), path=key)
+        raise ConfigError("required key is missing", file=str(path), path=key)
     if not isinstance(doc[key], types):
         raise ConfigError(f"expected {getattr(types, '__name__', types)}, got {doc[key]!r}", file=str(path), path=key)
     return doc[key]
@@ -348,10 +348,11 @@ CASE_KINDS = {"simulate": _simulate_case, "image_encode": _image_case, "collecti
 summaries of the family's earlier cases, which ratio metrics divide by)."""
 
 
-def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
-    """Predicted vs measured rows of one family (``progress`` counts its cases)."""
+def run_family(fam: Family, progress: Progress | None = None, cases: Sequence[int] | None = None) -> list[dict]:
+    """Predicted vs measured rows of one family, or of its ``cases`` (indices; ``progress`` counts them)."""
     rows, summaries = [], {}
-    for case in fam.cases:
+    for i in range(len(fam.cases)) if cases is None else cases:
+        case = fam.cases[i]
         for r in CASE_KINDS[case.kind or fam.kind](fam, case, summaries):
             rows.append({"family": fam.name, "case": case.name, "status": "ok", **r})
         if progress is not None:
@@ -359,13 +360,31 @@ def run_family(fam: Family, progress: Progress | None = None) -> list[dict]:
     return rows
 
 
+def _tasks(families: list[Family]) -> list[tuple[Family, list[int]]]:
+    """What the worker processes run, in the families' order: a family whose ratio metrics divide by
+    an earlier case's summary runs whole, in one task; any other, a case per task (so the processes
+    share a long family's cases instead of one of them running it alone at the end)."""
+    out = []
+    for fam in families:
+        if any(c.relative_to for c in fam.cases):
+            out.append((fam, list(range(len(fam.cases)))))
+        else:
+            out.extend((fam, [i]) for i in range(len(fam.cases)))
+    return out
+
+
+def _run_task(task: tuple[Family, list[int]]) -> list[dict]:
+    fam, cases = task
+    return run_family(fam, cases=cases)
+
+
 def run_validation(families: Iterable[str] | None = None, directory: str | Path | None = None,
                    workers: int | None = None) -> pd.DataFrame:
     """Run the named families (all if None); one row per case and metric, ``error_pct`` signed.
 
-    Families run in ``workers`` processes (default: one per CPU); each family's cases run in order
-    in one of them (a ratio divides by an earlier case's summary), and the rows come back in the
-    families' order, so the table is the same whatever the number of workers."""
+    Cases run in ``workers`` processes (default: one per CPU), a case per task, or a family per task
+    where a ratio divides by an earlier case's summary (:func:`_tasks`); the rows come back in the
+    families' and cases' order, so the table is the same whatever the number of workers."""
     found = discover(directory)
     if families:
         wanted = list(families)
@@ -380,10 +399,11 @@ def run_validation(families: Iterable[str] | None = None, directory: str | Path 
             rows = [r for fam in found for r in run_family(fam, progress)]
         else:
             rows = []
+            tasks = _tasks(found)
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                for fam, fam_rows in zip(found, pool.map(run_family, found)):
-                    rows += fam_rows
-                    progress.update(len(fam.cases), fam.name)
+                for (fam, cases), task_rows in zip(tasks, pool.map(_run_task, tasks)):
+                    rows += task_rows
+                    progress.update(len(cases), fam.name)
     return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
 
