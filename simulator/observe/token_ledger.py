@@ -125,7 +125,7 @@ class TokenLedger:
         running sums; the rest is per row. The same partition as :meth:`_fold` (totals summed in
         another order: equal to rounding)."""
         if self.rows is not None:  # every row is kept: the run's rows go there, as any others
-            self._keep_run(first_step, times, slot_req, first, last, first_prefill, prefill_rows, R)
+            self._keep_run(first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step)
             return
         if self.buffer.size:
             self.flush()  # rows made before the run come first
@@ -204,18 +204,17 @@ class TokenLedger:
             self._spill()
         self._retire_now()
 
-    def _keep_run(self, first_step, times, slot_req, first, last, first_prefill, prefill_rows, R) -> None:
+    def _keep_run(self, first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step) -> None:
         """A run's rows as :meth:`extend` takes them (a ledger that keeps every row)."""
         if prefill_rows:
             ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
             self.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY, e=times["g1"][ps],
                         R=times["g1"][ps], tokens=0)
         counts = last - first + 1
-        slot = np.repeat(np.arange(len(counts)), counts)
-        step = first[slot] + np.arange(len(R)) - np.repeat(np.cumsum(counts) - counts, counts)
-        prefill = (first_prefill[slot] & (step == first[slot])).astype(np.int8)
-        self.extend(len(R), req=slot_req[slot], step=first_step + step, prefill=prefill, kind=SENT,
-                    e=times["e"][step], R=R, tokens=1)
+        prefill = np.zeros(len(R), dtype=np.int8)
+        prefill[(np.cumsum(counts) - counts)[first_prefill]] = 1  # a prefill's first token: its request's first row
+        self.extend(len(R), req=row_req, step=first_step + row_step, prefill=prefill, kind=SENT,
+                    e=times["e"][row_step], R=R, tokens=1)
 
     def _retire_now(self) -> None:
         """Retire the done requests once as many rows as a buffer's fold were folded since the last

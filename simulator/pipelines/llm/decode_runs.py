@@ -98,13 +98,14 @@ class Run:
         self.s = [0] * n + [MAX_STEPS] * last_partial     # the step it started decoding
         self.first = [0] * n + [MAX_STEPS] * last_partial  # its first emitting step in the run
         self.last = (out[:n] - gen[:n] - 1).tolist() + [MAX_STEPS] * last_partial  # its last one
-        self.pre = [-1] * len(ids)                        # the step whose prefill it completed
         self.gen0 = gen.tolist()                          # tokens generated before the run
         self.api = t.api[run].tolist()
         self.partial = n if last_partial else -1          # the slot of the partial prefill, if any
         self.p_comp = int(comp[-1]) if last_partial else 0
         self.p_target = int(target[-1]) if last_partial else 0
-        self.admitted_target: dict[int, int] = {}         # slot -> target of the requests admitted
+        # slots from ``prefilling`` on complete a prefill in the run (the partial one, those admitted):
+        # their first row carries its first token; from ``admitted`` on, the scheduler set no target yet
+        self.prefilling, self.admitted = n, len(ids)
         rho = (-comp[:n]) % bs
         self.rho = rho.tolist() + [0] * last_partial       # a decode needs a block at steps k = rho mod bs
         self.cnt = np.bincount(rho, minlength=bs).tolist()  # decodes per rho
@@ -175,8 +176,8 @@ class Run:
         stream_total = [0.0] * nserv
         tok_total = [0.0] * nserv
         # per step: a0, a1, g0, g1, d1, e, the first API server's stream start, the engine's start,
-        # launch end, the copy's begin, the detokenization start; batch, decodes, prefill tokens, KV
-        # blocks used, sampled ids
+        # launch end, the copy's begin, the detokenization start, the scheduling and launch time, the
+        # output work; batch, decodes, prefill tokens, KV blocks used, sampled ids
         rows = []
         spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
@@ -190,7 +191,7 @@ class Run:
         inf = float("inf")
         next_route = routes[0][0] if routes else inf  # when the first of them ends
         seq = len(routes)
-        rid_l, c0, s_l, first_l, last_l, pre_l = self.rid, self.c0, self.s, self.first, self.last, self.pre
+        rid_l, c0, s_l, first_l, last_l = self.rid, self.c0, self.s, self.first, self.last
         gen0, api_l, cnt, rho, ending = self.gen0, self.api, self.cnt, self.rho, self.ending
         nd_api = self.nd_api
         S, nd = self.S, self.nd
@@ -366,7 +367,7 @@ class Run:
                 st0 = 0.0
                 for j in range(1, nserv):
                     srv_start[j].append(0.0)
-            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e,
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e, sl, work,
                          batch, nd, new_tokens, used, sampled))
             # -- the requests' state after the step --
             kv_free = free_kv
@@ -398,13 +399,11 @@ class Run:
                 rid_l.append(rid)
                 gen0.append(int(gen_col[rid]))
                 api_l.append(int(t.api[rid]))
-                self.admitted_target[slot] = target
                 if n >= target:
                     c0.append(target)
                     s_l.append(k + 1)
                     first_l.append(MAX_STEPS)
                     last_l.append(MAX_STEPS)
-                    pre_l.append(-1)
                     rho.append(0)
                     joined.append((slot, target))
                 else:  # the budget's last tokens: the partial prefill, the last running request
@@ -412,13 +411,11 @@ class Run:
                     s_l.append(MAX_STEPS)
                     first_l.append(MAX_STEPS)
                     last_l.append(MAX_STEPS)
-                    pre_l.append(-1)
                     rho.append(0)
                     P, p_comp, p_target = slot, n, target
                     self.prefill_rows.append((k, rid))
             for slot, target in joined:  # a completed prefill emits its first token in this step
                 first_l[slot] = k
-                pre_l[slot] = k
                 g = gen0[slot] + 1
                 out_left = int(t.output[rid_l[slot]]) - g
                 if out_left <= 0:  # its only token: it finishes here
@@ -445,14 +442,13 @@ class Run:
         if k == 0:
             fe.give_back_routes(routes)
             return None
-        times = np.array(rows)  # k x 16, every column as floats (whole numbers exactly)
-        counts = times[:, 11:].astype(np.int64)
+        times = np.array(rows)  # k x 18, every column as floats (whole numbers exactly)
+        counts = times[:, 13:].astype(np.int64)
         # -- the run's sums: what each step adds to the engine's, the processes' and the ports' totals --
         g0_, g1_, e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (2, 3, 5, 6, 7, 8, 10))
-        batch_, used_, sampled_ = counts[:, 0], counts[:, 3], counts[:, 4]
+        used_, sampled_ = counts[:, 3], counts[:, 4]
         emits = sampled_ > 0
-        sl_ = sps + spr * batch_ + pps + ppr * batch_ + launch  # as ``shape`` computes them, step by step
-        work_ = np.where(emits, dsf + dpt * sampled_ + opr * sampled_, 0.0)
+        sl_, work_ = times[:, 11], times[:, 12]
         sched_total = float(sl_.sum())
         work_total = float(work_[emits].sum())
         p_busy += sched_total + work_total
@@ -518,14 +514,10 @@ class Run:
             eng.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=counts[:, 3])
         srv_start[0] = times[:, 6]
         if spans:
-            self._spans(k, first_step, times, counts, tok_spans, stream_spans)
+            record_spans(self, k, first_step, times, counts, tok_spans, stream_spans)
         self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "g0": times[:, 2], "g1": times[:, 3],
                                      "comm": np.zeros(k), "d1": times[:, 4], "e": times[:, 5]}, srv_start)
         return now
-
-    def _spans(self, *args) -> None:
-        """The run's spans (:func:`run_records.record_spans`)."""
-        record_spans(self, *args)
 
     def _record(self, *args) -> None:
         """The run's tokens and the requests' state after it (:func:`run_records.record_tokens`)."""

@@ -13,14 +13,11 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     before its detokenization, the detokenization, the later ones, its stream tasks."""
     o = run.o
     eng, fe = o.e, o.fe
-    cpu, rec = eng.cpu, eng.proc.recorder
+    rec = eng.proc.recorder
     ports, _ = eng.links.d2h_route
     servers, pc = fe.servers, fe.cpu.stream_per_chunk
-    a1, g0, g1, d1, e, st0, start, launched, begin, s2 = (times[:, c] for c in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
-    batch, nd, new, _, sampled = counts.T
-    sl = cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step \
-        + cpu.prepare_per_request * batch + eng.launch_cost
-    work = cpu.detokenize_step_fixed + cpu.detokenize_per_token * sampled + cpu.output_per_request * sampled
+    g0, g1, d1, e, st0, start, launched, begin, s2, sl, work = (times[:, c] for c in range(2, 13))
+    _, nd, new, _, sampled = counts.T
     has_sched = sl > 0
     has_d2h = sampled > 0
     has_detok = has_d2h & (work > 0)
@@ -134,7 +131,6 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
     received = (serialized + (client.latency + fsv.response_header_bytes / bw)
                 + ntok * (fsv.chunk_bytes_per_token / bw))
-    pre = np.asarray(run.pre, dtype=np.int64)
     # per-request state after the run
     emitted = np.maximum(last - first + 1, 0)
     gen0 = np.asarray(run.gen0, dtype=np.int64)
@@ -144,7 +140,7 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     row_end = np.cumsum(emitted[has])
     t.last_R[rid[has]] = received[row_end - 1]
     starts = row_end - emitted[has]
-    prefilled = pre[has] == first[has]  # its first row here carries its prefill's first token
+    prefilled = has >= run.prefilling  # its first row here carries its prefill's first token
     firsts = prefilled & (gen0[has] == 0)
     t.first_R[rid[has[firsts]]] = received[starts[firsts]]
     # the ledger folds rows against the requests' first receipts: the rows go after them
@@ -157,9 +153,8 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     if run.partial >= 0:
         comp[run.partial] = run.p_comp
     t.computed[rid] = comp
-    if run.admitted_target:
-        slots = np.fromiter(run.admitted_target, dtype=np.int64)
-        t.target[rid[slots]] = np.fromiter(run.admitted_target.values(), dtype=np.int64)
+    admitted = rid[run.admitted:]  # each admitted to catch up to its prompt and what it had generated
+    t.target[admitted] = t.prompt[admitted] + gen0[run.admitted:]
     fin = np.asarray(run.finished, dtype=np.int64)
     blocks = -(-comp // bs)
     if len(fin):
