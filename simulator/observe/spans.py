@@ -67,7 +67,7 @@ class SpanRecorder:
     def add_block(self, track: str, names, starts: np.ndarray, ends: np.ndarray, categories, seqs: np.ndarray) -> None:
         """Record many spans of one track at once, without busy time (a closed-form decode run's):
         ``names`` and ``categories`` a list or one string for all, ``seqs`` their places in the
-        recording order (the writer takes them from :attr:`count` on and calls :meth:`added`)."""
+        recording order (a writer of several blocks numbers them all from :attr:`count` first)."""
         if not self.enabled or not len(starts):
             return
         n = len(starts)
@@ -76,9 +76,6 @@ class SpanRecorder:
             held = self._held[track] = []
         held.append(_Block([names] * n if isinstance(names, str) else names, starts, ends,
                            [categories] * n if isinstance(categories, str) else categories, seqs))
-
-    def added(self, n: int) -> None:
-        """``n`` spans were recorded with :meth:`add_block`, in places from :attr:`count` on."""
         self.count += n
         self.held += n
         if self.held >= SPILL_SPANS:

@@ -98,7 +98,6 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
         order = np.argsort(seqs, kind="stable")
         rec.add_block(server.track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
                       np.concatenate(end_parts)[order], "cpu", seqs[order])
-    rec.added(int(per_step.sum()))
 
 
 def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
