@@ -9,6 +9,7 @@ needed unless someone waits for the result.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..observe.spans import SpanRecorder
@@ -53,6 +54,8 @@ class CPUProcess:
     busy: float = 0.0
     tasks: int = 0
     by_label: dict = field(default_factory=dict)  # busy seconds per task label, for the activity shares
+    # (start, end, label) of the tasks not yet ended at the latest submission: what a task waits behind
+    history: deque = field(default_factory=deque, repr=False)
 
     def __post_init__(self):
         self.pool.processes += 1
@@ -73,9 +76,28 @@ class CPUProcess:
         self.busy += duration
         self.tasks += 1
         self.by_label[label] = self.by_label.get(label, 0.0) + duration
+        history = self.history
+        while history and history[0][1] <= now:
+            history.popleft()
+        if duration > 0:
+            history.append((start, end, label))
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
+
+
+    def ran_between(self, t0: float, t1: float) -> dict[str, float]:
+        """Seconds of each task label this process ran between ``t0`` and ``t1``: what a task
+        submitted at ``t0`` and started at ``t1`` waited behind (the rest of the wait, if any, was
+        for a free core)."""
+        out: dict[str, float] = {}
+        for start, end, label in self.history:
+            if start >= t1:
+                break
+            overlap = min(end, t1) - max(start, t0)
+            if overlap > 0:
+                out[label] = out.get(label, 0.0) + overlap
+        return out
 
 
 def book(proc: CPUProcess, at: float, seconds: float, label: str) -> float:

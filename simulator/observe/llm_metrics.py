@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import attribution
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
 from .columns import Columns
@@ -50,6 +51,10 @@ class _Accumulator:
             if cat in self.after:
                 self.after[cat] += float(np.maximum(end - np.maximum(start, self.lower[req]), 0.0).sum())
         self.full[cat] += np.bincount(req, weights=total, minlength=self.n)
+
+    def add_lengths(self, cat: str, req: np.ndarray, length: np.ndarray) -> None:
+        """Add lengths already cut (their last-mile part after the first token is added apart)."""
+        self.full[cat] += np.bincount(req, weights=length, minlength=self.n)
 
 
 CHUNK_ROWS = 1 << 18
@@ -111,11 +116,10 @@ def breakdown(table, steps, rows, done: np.ndarray):
 
 
 def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: int) -> None:
-    """Add the windows of rows ``idx`` (sorted by request, then step).
+    """Add the windows of rows ``idx`` (sorted by request, then step), cut by ``attribution``.
 
     With ``skip_first`` the first row only serves as the previous row of the second;
-    ``following`` is the request of the row after this chunk (-1 at the end). Each
-    intermediate is dropped once its last use is past, so a chunk's peak stays small.
+    ``following`` is the request of the row after this chunk (-1 at the end).
     """
     req = rows["req"][idx].astype(np.int64)
     step = rows["step"][idx]
@@ -135,36 +139,24 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
         s = slice(1, None)
         req, step, e, R, g1, d1, last, prefill = req[s], step[s], e[s], R[s], g1[s], d1[s], last[s], prefill[s]
         ws, pd1, pe, pR = ws[s], pd1[s], pe[s], pR[s]
-    cs = np.maximum(steps["a0"][step], ws)
-    b1 = np.clip(pd1, ws, cs)
-    del pd1
-    acc.add("d2h", req, (ws, b1))
-    del ws
-    b2 = np.clip(pe, b1, cs)
-    del pe
-    acc.add("detokenize", req, (b1, b2))
-    del b1
-    b3 = np.clip(pR, b2, cs)
-    del pR
-    acc.add("stream", req, (b2, b3))
-    del b2
-    c1 = np.clip(steps["a1"][step], cs, g1)
-    c2 = np.clip(steps["g0"][step], c1, g1)
-    acc.add("queue", req, (b3, cs), (c1, c2))
-    del b3
-    acc.add("schedule", req, (cs, c1))
-    del cs, c1
-    bc = np.maximum(c2, g1 - steps["comm"][step])
-    del step
-    acc.add("prefill", req[prefill], (c2[prefill], bc[prefill]))
-    decode = ~prefill
-    acc.add("decode", req[decode], (c2[decode], bc[decode]))
-    del c2, prefill, decode
-    acc.add("comm", req, (bc, g1))
-    del bc
-    acc.add("d2h", req[last], (g1[last], d1[last]))
-    acc.add("detokenize", req[last], (d1[last], e[last]))
-    acc.add("stream", req[last], (e[last], R[last]))
+    c = attribution.cut(ws, pd1, pe, *(steps[k][step] for k in ("a0", "a1", "s0", "g0")), g1,
+                        *(steps[k][step] for k in ("comm", "wdet", "wstr")))
+    b3 = attribution.receipt(pR, c)
+    parts = attribution.step_parts(c)
+    stream, queue = attribution.receipt_parts(b3, c)
+    parts["stream"] = parts["stream"] + stream
+    parts["queue"] = parts["queue"] + queue
+    compute = parts.pop("compute")
+    parts["prefill"], parts["decode"] = compute * prefill, compute * ~prefill
+    for cat, length in parts.items():
+        acc.add_lengths(cat, req, length)
+    lower = acc.lower[req]
+    for cat, length in zip(LAST_MILE, attribution.after_parts(c, b3, lower)):
+        acc.after[cat] += float(length.sum())
+    for cat, (length, after) in zip(LAST_MILE, attribution.tail_parts(g1[last], d1[last], e[last], R[last],
+                                                                      lower[last])):
+        acc.add_lengths(cat, req[last], length)
+        acc.after[cat] += float(after.sum())
 
 
 def itl_samples(rows, done: np.ndarray) -> np.ndarray:

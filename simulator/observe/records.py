@@ -16,3 +16,9 @@ LLM_LAST_MILE = ("d2h", "detokenize", "stream")
 
 DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
 DIT_LAST_MILE = ("d2h", "encode", "deliver")
+
+# What each CPU task label of the LLM serving stack is, as an activity of the breakdown: a step's
+# scheduling that waits on its process (a shared GIL) behind these tasks waits on that activity.
+# Every other label (scheduling, launches, tokenization, receiving requests) is ``schedule``.
+CPU_ACTIVITY = {"detokenize": "detokenize", "stream": "stream", "send outputs": "stream",
+                "receive outputs": "stream", "detokenizer receive": "stream"}

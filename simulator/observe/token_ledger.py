@@ -24,6 +24,7 @@ from collections import deque
 
 import numpy as np
 
+from . import attribution
 from .columns import Columns, RingColumns
 from .paged import CHUNK
 from .records import LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
@@ -153,33 +154,26 @@ class TokenLedger:
             self._retire_now()
             return
         t = self.table
-        a0, a1, g0, g1, comm, d1, e = (times[c] for c in ("a0", "a1", "g0", "g1", "comm", "d1", "e"))
-        # each step after the run's first, following a row of the step before it
-        ws = g1[:-1]
-        cs = np.maximum(a0[1:], ws)
-        b1 = np.minimum(np.maximum(d1[:-1], ws), cs)
-        b2 = np.minimum(np.maximum(e[:-1], b1), cs)
-        c1 = np.minimum(np.maximum(a1[1:], cs), g1[1:])
-        c2 = np.minimum(np.maximum(g0[1:], c1), g1[1:])
-        bc = np.maximum(c2, g1[1:] - comm[1:])
-        per_step = {"d2h": (ws, b1), "detokenize": (b1, b2), "schedule": (cs, c1), "queue": (c1, c2),
-                    "decode": (c2, bc), "comm": (bc, g1[1:])}
+        g1, d1, e = times["g1"], times["d1"], times["e"]
+        # each step after the run's first, following a row of the step before it: the one attribution's
+        # cuts (``observe.attribution``), the same for every request in the step but for its receipt
+        c = attribution.cut(g1[:-1], d1[:-1], e[:-1], *(times[k][1:] for k in ("a0", "a1", "s0", "g0", "g1", "comm",
+                                                                               "wdet", "wstr")))
+        per_step = attribution.step_parts(c)
+        compute = per_step.pop("compute")
+        per_step["decode"] = compute  # a run's later rows are decodes
         # the later rows: request by request, each's steps first+1..last (index i = step - 1 into the
         # arrays above); each's first row is computed along and left out of the sums (zeroed)
         i = row_step - 1
         r_prev = np.empty(n_rows)
         r_prev[1:] = R[:-1]
         r_prev[0] = R[0]
-        b2i, csi = b2[i], cs[i]
-        b3 = np.minimum(np.maximum(r_prev, b2i), csi)
+        ci = c.take(i)
+        b3 = attribution.receipt(r_prev, ci)
         lower = np.repeat(_unset_as_inf(t.first_R[slot_req]), counts)
         per_row = np.empty((5, n_rows))
-        np.maximum(b3 - b2i, 0.0, out=per_row[0])                                     # stream
-        np.maximum(csi - b3, 0.0, out=per_row[1])                                     # queue before the step
-        b1i = b1[i]
-        np.maximum(b1i - np.maximum(ws[i], lower), 0.0, out=per_row[2])              # after the first token
-        np.maximum(b2i - np.maximum(b1i, lower), 0.0, out=per_row[3])
-        np.maximum(b3 - np.maximum(b2i, lower), 0.0, out=per_row[4])
+        per_row[0], per_row[1] = attribution.receipt_parts(b3, ci)  # stream, queue before the step
+        per_row[2], per_row[3], per_row[4] = attribution.after_parts(ci, b3, lower)
         per_row[:, starts] = 0.0
         sums = np.add.reduceat(per_row, starts, axis=1)[:, more]
         groups = np.flatnonzero(more)
@@ -189,8 +183,8 @@ class TokenLedger:
         for cat, total in zip(LLM_LAST_MILE, sums[2:]):
             self.after[cat][reqs] += total
         lo, hi = first[groups], last[groups]  # the steps lo+1..hi: running sums hi - lo
-        for cat, (begin, end) in per_step.items():
-            run_sum = np.concatenate(([0.0], np.cumsum(np.maximum(end - begin, 0.0))))
+        for cat, length in per_step.items():
+            run_sum = np.concatenate(([0.0], np.cumsum(length)))
             self.full[cat][reqs] += run_sum[hi] - run_sum[lo]
         # each request's last row becomes its previous row; its gaps at the client
         end_rows = starts[groups] + counts[groups] - 1
@@ -334,9 +328,9 @@ class TokenLedger:
             add("queue", t.arrival.values[s][ids], tok_start)
             add("schedule", tok_start, tok_end)
             g1, d1, e, R = self.prev_g1[s][ids], self.prev_d1[s][ids], self.prev_e[s][ids], self.prev_R[s][ids]
-            add("d2h", g1, d1)
-            add("detokenize", d1, e)
-            add("stream", e, R)
+            for c, (length, after) in zip(LLM_LAST_MILE, attribution.tail_parts(g1, d1, e, R, lower)):
+                cat[c][ids] += length
+                end[c][ids] = after
             out.update({f"cat_{c}": v for c, v in cat.items()})
             out.update({f"after_{c}": self.after[c][s] for c in LLM_LAST_MILE})
             out.update({f"after_end_{c}": v for c, v in end.items()})
@@ -349,7 +343,8 @@ class TokenLedger:
         """Add rows (sorted by request, each request's in order) to their requests' totals: every
         request's per-row values are summed by one ``reduceat`` over the requests' groups."""
         t = self.table
-        a0, a1, g0, g1, comm, d1 = self.steps.gather(step, ("a0", "a1", "g0", "g1", "comm", "d1"))
+        a0, a1, s0, g0, g1, comm, d1, wdet, wstr = self.steps.gather(step, ("a0", "a1", "s0", "g0", "g1", "comm", "d1",
+                                                                          "wdet", "wstr"))
         only = kind == PREFILL_ONLY
         if only.any():  # a prefill-only row is made when its GPU work ends
             d1[only] = g1[only]
@@ -372,38 +367,26 @@ class TokenLedger:
             out[starts] = before
             return out
 
-        # the row's window [ws, g1] cut at the previous row's copy end, detokenization end and receipt
-        # (b1 <= b2 <= b3, each at most cs: the step's schedule start), then at the scheduling end c1
-        # and the GPU start c2; bc: the compute's end (before the step's communication). Computed in
-        # place over the fresh arrays (every value as the np.clip form would give it).
+        # the row's window [ws, g1], cut by the one attribution (``observe.attribution``)
         ws = after_previous(g1, start)
-        b1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
-        b2 = after_previous(e, np.where(seen, self.prev_e[rf], start))
-        b3 = after_previous(R, np.where(seen, self.prev_R[rf], start))
+        pd1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
+        pe = after_previous(e, np.where(seen, self.prev_e[rf], start))
+        pR = after_previous(R, np.where(seen, self.prev_R[rf], start))
         lower = np.repeat(_unset_as_inf(t.first_R[rf]), np.diff(np.append(starts, n)))
-        cs = np.maximum(a0, ws, out=a0)
-        np.minimum(np.maximum(b1, ws, out=b1), cs, out=b1)
-        np.minimum(np.maximum(b2, b1, out=b2), cs, out=b2)
-        np.minimum(np.maximum(b3, b2, out=b3), cs, out=b3)
-        c1 = np.minimum(np.maximum(a1, cs, out=a1), g1, out=a1)
-        c2 = np.minimum(np.maximum(g0, c1, out=g0), g1, out=g0)
-        bc = np.maximum(np.subtract(g1, comm, out=comm), c2, out=comm)
+        c = attribution.cut(ws, pd1, pe, a0, a1, s0, g0, g1, comm, wdet, wstr)
+        b3 = attribution.receipt(pR, c)
+        parts = attribution.step_parts(c)
+        stream, queue = attribution.receipt_parts(b3, c)
+        compute = parts["compute"]
         # per row: the eight categories' lengths, then the last mile's parts after the first token
-        parts = np.empty((11, n))
-
-        def length(row, begin, end):
-            np.subtract(end, begin, out=parts[row])
-            np.maximum(parts[row], 0.0, out=parts[row])
-
-        for row, (begin, end) in enumerate(((ws, b1), (b1, b2), (b2, b3), (b3, cs), (cs, c1), (c2, bc), (c1, c2),
-                                             (bc, g1))):
-            length(row, begin, end)
-        parts[3] += parts[6]  # the queue's second part: behind an earlier step on the GPU
-        np.multiply(parts[5], ~prefill, out=parts[6])  # compute of decode rows ...
-        parts[5] *= prefill                             # ... and of prefill rows
-        for row, (begin, end) in zip((8, 9, 10), ((ws, b1), (b1, b2), (b2, b3))):
-            length(row, np.maximum(begin, lower), end)
-        sums = np.add.reduceat(parts, starts, axis=1)
+        rows = np.empty((11, n))
+        rows[0], rows[1], rows[2] = parts["d2h"], parts["detokenize"], parts["stream"] + stream
+        rows[3], rows[4] = parts["queue"] + queue, parts["schedule"]
+        np.multiply(compute, prefill, out=rows[5])
+        np.multiply(compute, ~prefill, out=rows[6])
+        rows[7] = parts["comm"]
+        rows[8], rows[9], rows[10] = attribution.after_parts(c, b3, lower)
+        sums = np.add.reduceat(rows, starts, axis=1)
         for cat, total in zip(("d2h", "detokenize", "stream", "queue", "schedule", "prefill", "decode", "comm"), sums):
             self.full[cat][rf] += total
         for cat, total in zip(LLM_LAST_MILE, sums[8:]):

@@ -508,15 +508,20 @@ class Run:
         fe.next_rid = nxt
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
-        eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], g0=times[:, 2], g1=times[:, 3], comm=0.0, d1=times[:, 4],
-                         batch=counts[:, 0], decode=counts[:, 1], prefill_tokens=counts[:, 2])
+        # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
+        # detokenization or streaming there (wdet, wstr: 0)
+        eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], s0=times[:, 7], g0=times[:, 2], g1=times[:, 3], comm=0.0,
+                         d1=times[:, 4], wdet=0.0, wstr=0.0, batch=counts[:, 0], decode=counts[:, 1],
+                         prefill_tokens=counts[:, 2])
         if eng.kv_steps is not None:
             eng.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=counts[:, 3])
         srv_start[0] = times[:, 6]
         if spans:
             record_spans(self, k, first_step, times, counts, tok_spans, stream_spans)
-        self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "g0": times[:, 2], "g1": times[:, 3],
-                                     "comm": np.zeros(k), "d1": times[:, 4], "e": times[:, 5]}, srv_start)
+        zeros = np.zeros(k)
+        self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2],
+                                     "g1": times[:, 3], "comm": zeros, "d1": times[:, 4], "e": times[:, 5],
+                                     "wdet": zeros, "wstr": zeros}, srv_start)
         return now
 
     def _record(self, *args) -> None:

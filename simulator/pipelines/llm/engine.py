@@ -23,6 +23,7 @@ import numpy as np
 import simpy
 
 from ...hardware.cpu import CPUProcess, book
+from ...observe.attribution import wait_activity
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.paged import CHUNK, Arrivals, Window
@@ -230,6 +231,7 @@ class Engine:
         # after scheduling and the step cannot end before its last launch.
         start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
         a1 = start + sched
+        wdet, wstr = wait_activity(self.proc, a0, start)  # what held its process (a shared GIL) meanwhile
         completes, partial = [], []
         new_tokens = 0
         for rid, p, n in chunks:
@@ -258,7 +260,8 @@ class Engine:
         for rid, p, n in chunks:
             t.computed[rid] = p + n
         nan = float("nan")
-        index = self.steps.append(a0=a0, a1=a1, g0=nan, g1=nan, comm=nan, d1=nan, batch=batch,
+        index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, wdet=wdet, wstr=wstr,
+                                  batch=batch,
                                   decode=len(decode), prefill_tokens=new_tokens)
         used = self.sched.kv_total - self.sched.kv_free
         self.kv_peak = max(self.kv_peak, used)
