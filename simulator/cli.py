@@ -16,6 +16,7 @@ COMMANDS = {
     "run": "simulator.commands.run",
     "measure-cpu": "simulator.commands.measure",
     "measure-gpu": "simulator.commands.measure_gpu",
+    "measure-engine": "simulator.commands.measure_engine",
     "validate": "simulator.commands.validate",
     "calibrate": "simulator.commands.calibrate",
     "sweep": "simulator.commands.sweep",

@@ -1,0 +1,649 @@
+"""Measure a real serving engine's host path with a stand-in GPU: ``lastmile measure-engine vllm``.
+
+The real ``vllm serve`` runs (the OpenAI API server process or processes, the engine-core process with
+the V1 scheduler, ZeroMQ between them, the output processor, the incremental detokenizer), with one
+piece replaced: its ``Executor``, by :mod:`engine_stubs.vllm_stub_executor`, a deterministic stand-in
+GPU whose step takes ``a + b * decode_requests + c * prefill_tokens`` seconds. The model is a tiny
+Llama config with a tokenizer trained here (nothing is downloaded); ``--load-format dummy`` loads no
+weights, and the stub needs none. The real ``vllm bench serve`` drives it over loopback. For each
+point (concurrency x stream interval x API servers) this module starts a fresh server, runs the
+client, reads its result JSON, and records each process's CPU seconds (``/proc/PID/stat``
+utime + stime) over the benchmark's main run only (from the client's "Starting main benchmark
+run" line to its result banner), plus the stub's per-step log in the same window.
+
+Runs in lastmile's own environment with the standard library, numpy and pandas; vLLM runs in its own
+environment, named by ``python`` (several GB, never a dependency of lastmile).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LastmileError
+
+STUB_DIR = Path(__file__).resolve().parent / "engine_stubs"
+STUB_BACKEND = "vllm_stub_executor.StubExecutor"
+
+INSTALL_HINT = ("install the engine into its own environment: python3 -m venv .venv-vllm && "
+                ".venv-vllm/bin/pip install -e '.[engine-vllm]' (several GB), then pass --python "
+                ".venv-vllm/bin/python")
+
+CONCURRENCY = (1, 16, 64, 256, 1024, 2048)
+STREAM_INTERVAL = (1, 8)
+API_SERVERS = (1, 2, 4)
+SUBSET = (64, 256, 1024)  # the concurrencies measured for the api-servers and stream-interval variants
+
+INPUT_LEN = 128
+OUTPUT_LEN = 64
+VOCAB = 4096
+
+# The stub's step function (seconds): a + b per decode request + c per prefill token.
+STUB_A = 2e-3
+STUB_B = 10e-6
+STUB_C = 10e-6
+
+# The scheduler limits of vLLM's OpenAI server on an H100-class GPU (arg_utils defaults for a GPU
+# with >= 70 GiB), set explicitly as the CPU platform's own defaults are smaller.
+MAX_NUM_SEQS = 1024
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_MODEL_LEN = 1024
+
+START_TIMEOUT_S = 240.0
+CLIENT_TIMEOUT_S = 900.0
+
+CSV_COLUMNS = [
+    "engine", "engine_version", "async_scheduling", "concurrency", "stream_interval", "api_servers",
+    "num_prompts", "input_len", "output_len", "stub_a_s", "stub_b_s", "stub_c_s",
+    "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+    "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "output_tokens_per_s", "requests_per_s",
+    "completed", "output_tokens", "chunks",
+    "cpu_s_api", "cpu_s_engine_core", "cpu_s_client", "cpu_s_launcher", "cpu_s_other", "duration_s",
+    "steps", "step_ms_mean", "batch_mean", "req_steps", "prefill_tokens", "gpu_busy_frac", "preempted",
+]
+
+_BUILD_MODEL = r'''
+import json, os, random, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+out, vocab = sys.argv[1], int(sys.argv[2])
+os.makedirs(out, exist_ok=True)
+rng = random.Random(0)
+letters = "etaoinshrdlucmfwypvbgkjqxz"
+weights = [12.7, 9.1, 8.2, 7.5, 7.0, 6.7, 6.3, 6.1, 6.0, 4.3, 4.0, 2.8, 2.8, 2.4, 2.4, 2.0, 2.0, 1.9, 1.5,
+           1.0, 0.8, 0.2, 0.2, 0.1, 0.1, 0.1]
+words = ["".join(rng.choices(letters, weights, k=rng.randint(1, 9))) for _ in range(6000)]
+lines = [" ".join(rng.choices(words, k=rng.randint(5, 30))) + rng.choice([".", ",", "!", "?", ""])
+         for _ in range(20000)]
+special = ["<unk>", "<s>", "</s>"]
+tok = Tokenizer(models.BPE(unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.post_processor = processors.ByteLevel(trim_offsets=False)
+tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=vocab, special_tokens=special,
+                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+tok.save(os.path.join(out, "tokenizer.json"))
+V = tok.get_vocab_size()
+def dump(name, obj):
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(obj, f, indent=1)
+dump("tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+     "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 4096, "add_bos_token": False,
+     "clean_up_tokenization_spaces": False})
+dump("special_tokens_map.json", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+dump("config.json", {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+     "head_dim": 16, "vocab_size": V, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+     "rope_theta": 10000.0, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+     "tie_word_embeddings": False, "torch_dtype": "bfloat16"})
+dump("generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})
+print(json.dumps({"vocab_size": V, "special_ids": [tok.token_to_id(s) for s in special],
+                  "first_merged_id": 3 + 256}))
+'''
+
+_VERSIONS = r'''
+import importlib.metadata as m, importlib.util as u, json, sys
+if u.find_spec("vllm") is None:
+    sys.exit(3)
+out = {}
+for name in ("vllm", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi", "msgspec"):
+    try:
+        out[name] = m.version(name)
+    except m.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+'''
+
+
+@dataclass
+class Point:
+    concurrency: int
+    stream_interval: int = 1
+    api_servers: int = 1
+    async_scheduling: bool = True
+
+    @property
+    def label(self) -> str:
+        extra = "" if self.async_scheduling else " no-async"
+        return f"c={self.concurrency} si={self.stream_interval} api={self.api_servers}{extra}"
+
+
+def num_prompts_for(concurrency: int, quick: bool = False) -> int:
+    """Prompts per point: 4 per concurrency slot, at least 100, at most 4096 (a point stays < ~2 min)."""
+    if quick:
+        return max(20, min(2 * concurrency, 200))
+    return int(min(max(4 * concurrency, 100), 4096))
+
+
+def plan(concurrency=CONCURRENCY, stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS,
+         subset=SUBSET, sync_point: int | None = 64) -> list[Point]:
+    """The sweep in priority order: every concurrency at the first stream interval and API-server count,
+    then the other API-server counts, then the other stream intervals, at the ``subset`` concurrencies
+    (all of them when the subset does not intersect); last, one point without async scheduling."""
+    base_si, base_api = stream_interval[0], api_servers[0]
+    points = [Point(c, base_si, base_api) for c in concurrency]
+    sub = [c for c in concurrency if c in subset] or list(concurrency)
+    points += [Point(c, base_si, a) for a in api_servers[1:] for c in sub]
+    points += [Point(c, s, base_api) for s in stream_interval[1:] for c in sub]
+    if sync_point is not None and sync_point in concurrency:
+        points.append(Point(sync_point, base_si, base_api, async_scheduling=False))
+    return points
+
+
+# --- the engine's environment ---------------------------------------------------------------------
+
+def engine_versions(python: str, engine: str = "vllm") -> dict:
+    """The versions in ``python``'s environment; a LastmileError (one line) when it lacks the engine."""
+    if engine != "vllm":
+        raise LastmileError(f"measure-engine {engine}: not supported here (only vllm)")
+    exe = shutil.which(python) if os.sep not in python else python
+    if not exe or not os.path.exists(exe):
+        raise LastmileError(f"measure-engine vllm: {python} does not exist; {INSTALL_HINT}")
+    try:
+        proc = subprocess.run([exe, "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LastmileError(f"measure-engine vllm: cannot run {python}: {exc}") from None
+    if proc.returncode != 0:
+        raise LastmileError(f"measure-engine vllm: {python} cannot import vllm; {INSTALL_HINT}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def build_model(python: str, folder: Path, vocab: int = VOCAB) -> dict:
+    """A tiny Llama folder (config.json, tokenizer trained here, tokenizer_config.json) made by ``python``."""
+    proc = subprocess.run([python, "-c", _BUILD_MODEL, str(folder), str(vocab)], capture_output=True,
+                          text=True, timeout=300)
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.strip().splitlines()[-1:])
+        raise LastmileError(f"measure-engine vllm: building the tiny model folder failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _engine_env(python: str) -> dict:
+    env = dict(os.environ)
+    bindir = str(Path(python).parent)
+    env.update({
+        "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1",
+        "PATH": bindir + os.pathsep + env.get("PATH", ""),
+    })
+    env.pop("PYTHONHOME", None)
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+# --- processes and their CPU time -----------------------------------------------------------------
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[1])
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            ppid = _parent(int(entry))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def classify(root: int) -> dict[int, str]:
+    """Each server process's role: ``api``, ``engine_core``, ``launcher`` (the ``vllm serve`` process
+    when separate API-server processes serve), ``other`` (resource tracker, coordinator)."""
+    roles = {}
+    pids = descendants(root)
+    titles = {pid: _cmdline(pid) for pid in pids}
+    has_api_procs = any("APIServer" in t for p, t in titles.items() if p != root)
+    for pid, title in titles.items():
+        if "EngineCore" in title:
+            roles[pid] = "engine_core"
+        elif "APIServer" in title or (pid == root and not has_api_procs):
+            roles[pid] = "api"
+        elif pid == root:
+            roles[pid] = "launcher"
+        else:
+            roles[pid] = "other"
+    return roles
+
+
+def _snapshot(pids) -> dict[int, float]:
+    return {pid: cpu_seconds(pid) for pid in pids}
+
+
+def _affinity(pid: int) -> str:
+    try:
+        cpus = sorted(os.sched_getaffinity(pid))
+    except OSError:
+        return "?"
+    return ",".join(map(str, cpus))
+
+
+# --- one point ----------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _stop(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after ``grace`` seconds."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@dataclass
+class Run:
+    point: Point
+    row: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+def _server_cmd(python: str, model: Path, port: int, p: Point) -> list[str]:
+    vllm = str(Path(python).parent / "vllm")
+    cmd = [vllm, "serve", str(model), "--served-model-name", "tiny", "--host", "127.0.0.1",
+           "--port", str(port), "--load-format", "dummy", "--enforce-eager",
+           "--distributed-executor-backend", STUB_BACKEND, "--max-model-len", str(MAX_MODEL_LEN),
+           "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
+           "--stream-interval", str(p.stream_interval), "--seed", "0"]
+    if p.api_servers != 1:
+        cmd += ["--api-server-count", str(p.api_servers)]
+    if not p.async_scheduling:
+        cmd += ["--no-async-scheduling"]
+    return cmd
+
+
+def _client_cmd(python: str, model: Path, port: int, p: Point, n: int, result: Path) -> list[str]:
+    vllm = str(Path(python).parent / "vllm")
+    return [vllm, "bench", "serve", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
+            "--model", "tiny", "--tokenizer", str(model), "--dataset-name", "random",
+            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
+            "--num-prompts", str(n), "--max-concurrency", str(p.concurrency), "--seed", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+            "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+            "--result-filename", result.name, "--disable-tqdm"]
+
+
+def _step_stats(log: Path, t0: float, t1: float) -> dict:
+    """The stub's steps launched in [t0, t1] (time.time())."""
+    try:
+        import pandas as pd
+
+        d = pd.read_csv(log)
+    except Exception:
+        return {}
+    d = d[(d.launch >= t0) & (d.launch <= t1)]
+    if d.empty:
+        return {}
+    dur = d.end - d.start
+    return {"steps": int(len(d)), "step_ms_mean": round(float(dur.mean()) * 1e3, 4),
+            "batch_mean": round(float(d.reqs.mean()), 3), "req_steps": int(d.reqs.sum()),
+            "prefill_tokens": int(d.prefill_tokens.sum()),
+            "gpu_busy_frac": round(float(dur.sum()) / max(t1 - t0, 1e-9), 4),
+            "preempted": int(d.preempted.sum())}
+
+
+def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: dict, token_range,
+              stub=(STUB_A, STUB_B, STUB_C), client_taskset: str | None = None,
+              server_taskset: str | None = None) -> Run:
+    """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
+    run = Run(p)
+    tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync")
+    steplog = work / f"steps_{tag}.csv"
+    result = work / f"bench_{tag}.json"
+    for f in (steplog, result):
+        f.unlink(missing_ok=True)
+    env = _engine_env(python)
+    env.update({"PYTHONPATH": str(STUB_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
+                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
+                "LASTMILE_STUB_ASYNC": "1" if p.async_scheduling else "0",
+                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    port = _free_port()
+    cmd = _server_cmd(python, model, port, p)
+    if server_taskset:
+        cmd = ["taskset", "-c", server_taskset] + cmd
+    server_log = open(work / f"server_{tag}.log", "w")
+    server = subprocess.Popen(cmd, env=env, stdout=server_log, stderr=subprocess.STDOUT,
+                              start_new_session=True, cwd=work)
+    client = None
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(port):
+            if server.poll() is not None:
+                raise RuntimeError(f"server exited with {server.returncode} before /health (see {server_log.name})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not healthy after {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.5)
+        time.sleep(1.0)  # let the API-server processes finish their own start
+        roles = classify(server.pid)
+        ccmd = _client_cmd(python, model, port, p, n, result)
+        if client_taskset:
+            ccmd = ["taskset", "-c", client_taskset] + ccmd
+        client_out = open(work / f"client_{tag}.log", "w")
+        client = subprocess.Popen(ccmd, env=_engine_env(python), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True, cwd=work)
+        marks: dict[str, tuple[float, dict]] = {}
+
+        def read():
+            for line in client.stdout:
+                client_out.write(line)
+                if "Starting main benchmark run" in line and "start" not in marks:
+                    marks["start"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+                elif "Serving Benchmark Result" in line and "end" not in marks:
+                    marks["end"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            client.wait(CLIENT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"client did not finish in {CLIENT_TIMEOUT_S:.0f} s") from None
+        reader.join(10)
+        client_out.close()
+        if client.returncode != 0 or "start" not in marks or "end" not in marks or not result.exists():
+            raise RuntimeError(f"client exited with {client.returncode} (see {client_out.name})")
+        affinity = {role: _affinity(pid) for pid, role in roles.items()}
+        affinity["client"] = "?"
+    except Exception as exc:
+        run.error = str(exc)
+        _stop(server)
+        if client is not None and client.poll() is None:
+            _stop(client, 5)
+        server_log.close()
+        return run
+    _stop(server)
+    server_log.close()
+    (t0, c0), (t1, c1) = marks["start"], marks["end"]
+
+    def spent(pid):
+        a, b = c0.get(pid), c1.get(pid)
+        return (b - a) if a is not None and b is not None else 0.0
+
+    cpu = {"api": 0.0, "engine_core": 0.0, "launcher": 0.0, "other": 0.0}
+    for pid, role in roles.items():
+        cpu[role] += spent(pid)
+    with open(result) as f:
+        res = json.load(f)
+    itls = res.get("itls") or []
+    chunks = int(sum(len(x) + 1 for x in itls)) if itls else None
+    row = {
+        "engine": "vllm", "engine_version": versions.get("vllm"), "async_scheduling": p.async_scheduling,
+        "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": p.api_servers,
+        "num_prompts": n, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
+        "stub_a_s": stub[0], "stub_b_s": stub[1], "stub_c_s": stub[2],
+    }
+    for metric, key in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl")):
+        row[f"{metric}_ms_mean"] = res.get(f"mean_{key}_ms")
+        row[f"{metric}_ms_p50"] = res.get(f"median_{key}_ms", res.get(f"p50_{key}_ms"))
+        row[f"{metric}_ms_p99"] = res.get(f"p99_{key}_ms")
+    row["e2e_ms_mean"] = res.get("mean_e2el_ms")
+    row["output_tokens_per_s"] = res.get("output_throughput")
+    row["requests_per_s"] = res.get("request_throughput")
+    row["completed"] = res.get("completed")
+    row["output_tokens"] = res.get("total_output_tokens")
+    row["chunks"] = chunks
+    row["cpu_s_api"] = round(cpu["api"], 3)
+    row["cpu_s_engine_core"] = round(cpu["engine_core"], 3)
+    row["cpu_s_client"] = round(spent(client.pid), 3)
+    row["cpu_s_launcher"] = round(cpu["launcher"], 3)
+    row["cpu_s_other"] = round(cpu["other"], 3)
+    row["duration_s"] = res.get("duration")
+    row.update(_step_stats(steplog, t0, t1))
+    for key in ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+                "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "output_tokens_per_s",
+                "requests_per_s", "duration_s"):
+        if isinstance(row.get(key), float):
+            row[key] = round(row[key], 4)
+    row["_affinity"] = affinity
+    run.row = row
+    return run
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in CSV_COLUMNS})
+    os.replace(tmp, path)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def fit_host_costs(rows: list[dict]) -> dict:
+    """Least-squares host costs from the measured points (numpy lstsq, no intercept):
+
+    engine core CPU s = per_step * steps + per_request_step * sum over steps of scheduled requests
+                        + per_request * requests
+    API server CPU s  = per_request * requests + per_chunk * SSE chunks + per_token * output tokens
+    """
+    out = {}
+    eng = [r for r in rows if r.get("steps")]
+    if len(eng) >= 3:
+        X = np.array([[r["steps"], r["req_steps"], r["completed"]] for r in eng], float)
+        y = np.array([r["cpu_s_engine_core"] for r in eng], float)
+        out["engine_core"] = _lstsq(X, y, ["per_step_s", "per_request_step_s", "per_request_s"], eng)
+    api = [r for r in rows if r.get("chunks")]
+    if len(api) >= 3:
+        cols = ["per_request_s", "per_chunk_s", "per_token_s"]
+        X = np.array([[r["completed"], r["chunks"], r["output_tokens"]] for r in api], float)
+        if np.linalg.matrix_rank(X) < 3:
+            cols, X = cols[:2], X[:, :2]
+        y = np.array([r["cpu_s_api"] for r in api], float)
+        out["api_server"] = _lstsq(X, y, cols, api)
+    return out
+
+
+def _lstsq(X, y, names, rows) -> dict:
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    pred = X @ coef
+    resid = y - pred
+    return {
+        "coefficients": {n: float(f"{c:.4g}") for n, c in zip(names, coef)},
+        "rms_residual_s": float(f"{np.sqrt(np.mean(resid ** 2)):.4g}"),
+        "max_abs_rel_residual": float(f"{np.max(np.abs(resid) / np.maximum(np.abs(y), 1e-9)):.3g}"),
+        "points": [{"point": f"c={r['concurrency']} si={r['stream_interval']} api={r['api_servers']}"
+                    + ("" if r.get("async_scheduling", True) in (True, "True") else " no-async"),
+                    "measured_s": round(float(a), 3), "fitted_s": round(float(b), 3)}
+                   for r, a, b in zip(rows, y, pred)],
+    }
+
+
+WHAT_RAN = {
+    "real": ["vllm serve: the OpenAI-compatible API server process(es) (FastAPI/uvicorn, SSE streaming, "
+             "request validation, tokenization of the prompt, the output processor and incremental "
+             "detokenizer)",
+             "the engine-core process (EngineCore busy loop, V1 scheduler with chunked prefill and prefix "
+             "caching, KV-cache manager/block pool, request state, output serialization)",
+             "ZeroMQ + msgspec IPC between API server(s) and engine core",
+             "vllm bench serve (random dataset, openai backend, streaming completions over loopback)"],
+    "stubbed": ["the Executor (no worker, no model runner, no model, no KV tensors): stand-in GPU whose "
+                "step time is a + b*decode_requests + c*prefill_tokens, on a GPU-like timeline",
+                "the model: a tiny Llama config (2 layers, hidden 64) with a BPE tokenizer trained locally "
+                "on a generated corpus; --load-format dummy; no weights are loaded anywhere",
+                "sampled token ids: a fixed pattern over ordinary vocabulary ids (never EOS; the client "
+                "also passes --ignore-eos)"],
+    "changed": ["vLLM's CPU platform forces async_scheduling off; the stub module keeps vLLM's own "
+                "choice (on, as on a GPU) by wrapping CpuPlatform.check_and_update_config, unless a point "
+                "says async_scheduling=False (then --no-async-scheduling and the platform as shipped)"],
+}
+
+
+def write_sidecar(meta: dict, path: Path) -> None:
+    import yaml
+
+    doc = {"what": "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU",
+           "measured": {k: meta[k] for k in ("date", "cpu_model", "cpus", "kernel", "versions", "quick",
+                                             "wall_s", "client_taskset", "server_taskset", "affinity")},
+           "stub_step": {"formula": "a + b * decode_requests + c * prefill_tokens (seconds)",
+                         "a_s": STUB_A, "b_s": STUB_B, "c_s": STUB_C},
+           "server_limits": {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                             "max_model_len": MAX_MODEL_LEN},
+           "commands": {"server": meta["server_cmd_example"], "client": meta["client_cmd_example"]},
+           "components": WHAT_RAN, "cpu_window": "utime+stime from /proc/PID/stat, from the client's "
+           "'Starting main benchmark run' line to its result banner (warm-up request and start-up excluded)",
+           "failures": meta["failures"], "fits": meta["fits"]}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False, width=110)
+    os.replace(tmp, path)
+
+
+def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurrency=CONCURRENCY,
+                   stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
+                   work_dir: str | None = None, client_taskset: str | None = None,
+                   server_taskset: str | None = None, progress=None) -> dict:
+    """Run the sweep, write the CSV at ``out`` and its sidecar (``.md``) next to it; the summary."""
+    versions = engine_versions(python, engine)
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise LastmileError(f"{out}: folder {out.parent} does not exist")
+    say = progress or (lambda text: print(text, file=sys.stderr, flush=True))
+    if quick:
+        concurrency, stream_interval, api_servers = tuple(concurrency)[:2], tuple(stream_interval)[:1], \
+            tuple(api_servers)[:1]
+    points = plan(concurrency, stream_interval, api_servers, sync_point=None if quick else 64)
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="lastmile-measure-engine-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "tiny-llama"
+    info = build_model(python, model)
+    token_range = (info["first_merged_id"], info["vocab_size"])
+    rows, failures = [], []
+    started = time.time()
+    for i, p in enumerate(points, 1):
+        n = num_prompts_for(p.concurrency, quick)
+        say(f"measure-engine: {i}/{len(points)} vllm {p.label} prompts={n} ...")
+        t = time.time()
+        run = run_point(python, model, p, n, work, versions, token_range, client_taskset=client_taskset,
+                        server_taskset=server_taskset)
+        if run.error:
+            failures.append({"point": p.label, "error": run.error})
+            say(f"measure-engine: {i}/{len(points)} vllm {p.label} FAILED: {run.error}")
+            continue
+        r = run.row
+        rows.append(r)
+        write_csv(rows, out)
+        say(f"measure-engine: {i}/{len(points)} vllm {p.label} ttft={r['ttft_ms_mean']:.1f}ms "
+            f"tpot={r['tpot_ms_mean']:.2f}ms itl_p99={r['itl_ms_p99']:.1f}ms "
+            f"{r['output_tokens_per_s']:.0f} tok/s cpu api={r['cpu_s_api']:.1f}s "
+            f"core={r['cpu_s_engine_core']:.1f}s client={r['cpu_s_client']:.1f}s ({time.time() - t:.0f} s)")
+    meta = {
+        "engine": engine, "versions": versions, "cpu_model": _cpu_model(), "cpus": os.cpu_count(),
+        "kernel": platform.release(), "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": python, "work_dir": str(work), "wall_s": round(time.time() - started, 1),
+        "client_taskset": client_taskset, "server_taskset": server_taskset,
+        "affinity": rows[0]["_affinity"] if rows else {},
+        "server_cmd_example": " ".join(_server_cmd(python, model, 8000, points[0])),
+        "client_cmd_example": " ".join(_client_cmd(python, model, 8000, points[0],
+                                                   num_prompts_for(points[0].concurrency, quick),
+                                                   work / "bench.json")),
+        "failures": failures, "fits": fit_host_costs(rows), "quick": quick,
+    }
+    write_sidecar(meta, out.with_suffix(".yaml"))
+    with open(work / "meta.json", "w") as f:
+        json.dump(meta, f, indent=1, default=str)
+    return {"rows": rows, "meta": meta, "out": str(out)}

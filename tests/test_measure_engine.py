@@ -1,0 +1,93 @@
+"""`lastmile measure-engine`: the parts that need no vLLM (the missing-engine error, the sweep's plan, the
+stub's independence from lastmile) and the committed measurement (host_path_vllm.csv) read back."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.calibrate.measure_engine import CSV_COLUMNS, STUB_DIR, num_prompts_for, plan
+from simulator.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV_PATH = ROOT / "scenarios" / "validation" / "reference" / "host_path_vllm.csv"
+
+
+def test_a_python_without_vllm_is_one_line_and_exit_2(capsys):
+    # this interpreter is lastmile's own environment, which never has vLLM
+    code = main(["measure-engine", "vllm", "--python", sys.executable, "--out", "unused.csv"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("lastmile: error: measure-engine vllm: ")
+    assert "cannot import vllm" in err and "engine-vllm" in err and "--python" in err
+    assert not Path("unused.csv").exists()
+
+
+def test_a_missing_python_is_one_line_and_exit_2(capsys, tmp_path):
+    code = main(["measure-engine", "vllm", "--python", str(tmp_path / "nope" / "python")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "does not exist" in err
+
+
+def test_sglang_says_it_is_not_supported_in_one_line(capsys):
+    assert main(["measure-engine", "sglang"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sglang" in err and "not supported" in err
+
+
+def test_the_plan_puts_the_base_sweep_first():
+    points = plan()
+    base = [(p.concurrency, p.stream_interval, p.api_servers) for p in points[:6]]
+    assert base == [(c, 1, 1) for c in (1, 16, 64, 256, 1024, 2048)]
+    assert {p.api_servers for p in points} == {1, 2, 4} and {p.stream_interval for p in points} == {1, 8}
+    assert sum(not p.async_scheduling for p in points) == 1
+    assert len({(p.concurrency, p.stream_interval, p.api_servers, p.async_scheduling) for p in points}) == len(points)
+    assert num_prompts_for(1) == 100 and num_prompts_for(64) == 256 and num_prompts_for(2048) == 4096
+
+
+def test_the_stub_executor_imports_nothing_from_lastmile():
+    # it runs inside vLLM's environment, where lastmile is not installed
+    tree = ast.parse((STUB_DIR / "vllm_stub_executor.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m.split(".")[0] == "simulator" for m in modules)
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
+
+
+@pytest.fixture(scope="module")
+def rows():
+    with open(CSV_PATH) as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == CSV_COLUMNS
+        return list(reader)
+
+
+def _base(rows, c):
+    return next(r for r in rows if int(r["concurrency"]) == c and r["stream_interval"] == "1"
+                and r["api_servers"] == "1" and r["async_scheduling"] == "True")
+
+
+def test_the_measured_table_is_sane(rows):
+    assert rows and {r["engine"] for r in rows} == {"vllm"}
+    assert {int(_base(rows, c)["concurrency"]) for c in (1, 16, 64)} == {1, 16, 64}
+    positive = ("ttft_ms_mean", "ttft_ms_p99", "tpot_ms_mean", "itl_ms_mean", "itl_ms_p99", "e2e_ms_mean",
+                "output_tokens_per_s", "requests_per_s", "cpu_s_api", "cpu_s_engine_core", "cpu_s_client",
+                "duration_s", "steps", "step_ms_mean", "batch_mean")
+    for r in rows:
+        assert all(float(r[k]) > 0 for k in positive), r
+        assert int(r["completed"]) == int(r["num_prompts"])
+        assert int(r["output_tokens"]) == int(r["num_prompts"]) * int(r["output_len"])
+        assert float(r["ttft_ms_p50"]) <= float(r["ttft_ms_p99"])
+        assert float(r["itl_ms_p50"]) <= float(r["itl_ms_p99"])
+        # the stub's step never takes less than its fixed part
+        assert float(r["step_ms_mean"]) >= 1e3 * float(r["stub_a_s"])
+        assert 0 < int(r["chunks"]) <= int(r["output_tokens"])
+    t1, t16, t64 = (float(_base(rows, c)["output_tokens_per_s"]) for c in (1, 16, 64))
+    assert t1 < t16 < t64
+    # one request at a time: TPOT sits near the stub's step (2 ms + 10 us), the host adding little
+    assert 2.0 <= float(_base(rows, 1)["tpot_ms_mean"]) < 4.0
+    assert float(_base(rows, 64)["batch_mean"]) > float(_base(rows, 1)["batch_mean"])
