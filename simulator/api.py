@@ -41,22 +41,29 @@ def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mappi
     return sc
 
 
-def simulate(scenario) -> Result:
-    """Run a validated scenario with its kind's pipeline; the summary is checked against the kind's type."""
+def simulate(scenario, last_mile_cost: bool = False) -> Result:
+    """Run a validated scenario with its kind's pipeline; the summary is checked against the kind's type.
+    With ``last_mile_cost``, a kind that has a counterfactual (LLM serving) simulates the scenario
+    again with its last mile free and adds the difference (``last_mile_cost``): twice the work."""
     kind = KINDS[scenario.kind]
     result = kind.simulate(scenario)
+    if last_mile_cost and kind.counterfactual is not None:
+        kind.counterfactual(scenario, result, kind.simulate)
     result.summary = kind.summary.model_validate(result.summary).model_dump(mode="json", exclude_unset=True)
     return result
 
 
-def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None) -> Result:
-    """Load a scenario (file, dict or the built-in default), apply overrides and simulate it."""
-    return run_loaded(load_scenario(scenario, overrides), scenario)
+def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None,
+        last_mile_cost: bool = True) -> Result:
+    """Load a scenario (file, dict or the built-in default), apply overrides and simulate it; an LLM
+    run's summary carries ``last_mile_cost`` (the counterfactual with the last mile free, a second
+    simulation) unless ``last_mile_cost=False``."""
+    return run_loaded(load_scenario(scenario, overrides), scenario, last_mile_cost)
 
 
-def run_loaded(sc, source: str | Path | Mapping | None = None) -> Result:
+def run_loaded(sc, source: str | Path | Mapping | None = None, last_mile_cost: bool = True) -> Result:
     """Simulate a loaded scenario; an error that names no file names ``source`` (its file or dict)."""
     try:
-        return simulate(sc)
+        return simulate(sc, last_mile_cost)
     except ConfigError as exc:
         raise _named(exc, source) from None

@@ -31,6 +31,9 @@ class Kind:
     default_model: str | None = None
     check_at: str | None = None
     """``check(scenario)``: what can be known before simulating; raises ConfigError."""
+    counterfactual_at: str | None = None
+    """``add(scenario, result, simulate)``: the last mile's cost, by simulating the scenario with it
+    free, added to the result's summary (kinds without one have no such block)."""
 
     def _load(self, where: str) -> Any:
         module, _, attr = where.partition(":")
@@ -56,11 +59,16 @@ class Kind:
     def check(self) -> Callable | None:
         return self._load(self.check_at) if self.check_at else None
 
+    @property
+    def counterfactual(self) -> Callable | None:
+        return self._load(self.counterfactual_at) if self.counterfactual_at else None
+
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("llm", scenario_at="config.models:LLMScenario", simulate_at="pipelines.llm.serving:simulate",
          summary_at="observe.summaries:LLMSummary", format_at="report.text:format_llm",
-         catalogs=("llms",), default_model="llama-3-8b", check_at="pipelines.llm.pools:check_parallel"),
+         catalogs=("llms",), default_model="llama-3-8b", check_at="pipelines.llm.pools:check_parallel",
+         counterfactual_at="pipelines.llm.counterfactual:with_last_mile_cost"),
     Kind("dit", scenario_at="config.dit_models:DiTScenario", simulate_at="pipelines.dit:simulate",
          summary_at="observe.summaries:DiTSummary", format_at="report.dit_text:format_dit",
          catalogs=("dits",)),

@@ -8,6 +8,7 @@ value fails at once with the loader's one-line error instead of after an hour of
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -59,7 +60,7 @@ def _flatten(summary: Mapping, prefix: str = "") -> dict:
     return flat
 
 
-def run_point(scenario) -> dict:
+def run_point(scenario, last_mile_cost: bool = False) -> dict:
     """Simulate one validated scenario; returns its row (status + flattened summary).
 
     A ConfigError raised by the simulation (an infeasible combination, such as a TP degree that
@@ -68,7 +69,7 @@ def run_point(scenario) -> dict:
     from .api import simulate
 
     try:
-        result = simulate(scenario)
+        result = simulate(scenario, last_mile_cost)
     except ConfigError as exc:
         where = f"{exc.path}: " if exc.path else ""
         return {"status": f"error: {where}{exc.message}"}
@@ -111,19 +112,19 @@ def _progress_bar(total: int, progress: bool | None) -> Progress:
     return Progress(total, "sweep", "runs", enabled=progress, min_total=PROGRESS_MIN_RUNS)
 
 
-def _run_local(scenarios: list, workers: int | None, bar) -> list[dict]:
+def _run_local(scenarios: list, workers: int | None, bar, point=run_point) -> list[dict]:
     """Run on local cores: a process pool, or in-process when one worker (or one run) suffices."""
     n = len(scenarios)
     workers = min(workers or os.cpu_count() or 1, n)
     if workers <= 1:
         rows = []
         for sc in scenarios:
-            rows.append(run_point(sc))
+            rows.append(point(sc))
             bar.update(1)
         return rows
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = []
-        for row in pool.map(run_point, scenarios, chunksize=1):
+        for row in pool.map(point, scenarios, chunksize=1):
             rows.append(row)
             bar.update(1)
         return rows
@@ -141,13 +142,13 @@ def connect(address: str):
         raise LastmileError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
 
 
-def _run_dask(scenarios: list, client, bar) -> list[dict]:
+def _run_dask(scenarios: list, client, bar, point=run_point) -> list[dict]:
     """Run on a Dask cluster; rows come back in submission order whatever order they finish in."""
     try:
         from dask.distributed import as_completed
     except ImportError:
         raise LastmileError("running on a cluster needs Dask: pip install 'lastmile-sim[cluster]'") from None
-    futures = client.map(run_point, scenarios, pure=False)
+    futures = client.map(point, scenarios, pure=False)
     for _ in as_completed(futures):
         bar.update(1)
     return client.gather(futures)
@@ -156,7 +157,7 @@ def _run_dask(scenarios: list, client, bar) -> list[dict]:
 def sweep(scenario: str | Path | Mapping | None,
           grid: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]] | None = None,
           seeds: int = 1, client=None, workers: int | None = None, progress: bool | None = None,
-          overrides: Mapping[str, Any] | None = None) -> pd.DataFrame:
+          overrides: Mapping[str, Any] | None = None, last_mile_cost: bool = False) -> pd.DataFrame:
     """Run the cross product of ``grid`` (dotted scenario keys -> values) for ``seeds`` seeds.
 
     ``grid`` may instead be a list of override dicts, run as given (axes that vary together).
@@ -164,7 +165,8 @@ def sweep(scenario: str | Path | Mapping | None,
     Returns one row per point and seed, in grid order: the grid values, ``seed``, ``status``
     (``ok``, ``oom`` or ``error: <message>``) and every summary metric flattened
     (``ttft_ms.p50``, ``breakdown_share.detokenize``, ...). ``overrides`` apply to every point;
-    seed i uses the scenario's seed + i. ``client`` (a ``dask.distributed.Client``) runs the
+    seed i uses the scenario's seed + i. ``last_mile_cost`` adds each LLM point's counterfactual with
+    the last mile free (``last_mile_cost.*`` columns; twice the work). ``client`` (a ``dask.distributed.Client``) runs the
     points on a cluster; otherwise ``workers`` local processes (default: all cores).
     """
     if seeds < 1:
@@ -176,11 +178,12 @@ def sweep(scenario: str | Path | Mapping | None,
     loaded = _validate(scenario, overrides, jobs)
     runnable = [sc for sc in loaded if not isinstance(sc, ConfigError)]
     bar = _progress_bar(len(runnable), progress)
+    point = functools.partial(run_point, last_mile_cost=True) if last_mile_cost else run_point
     try:
         if client is not None:
-            results = _run_dask(runnable, client, bar)
+            results = _run_dask(runnable, client, bar, point)
         else:
-            results = _run_local(runnable, workers, bar)
+            results = _run_local(runnable, workers, bar, point)
     finally:
         bar.close()
     results = iter(results)

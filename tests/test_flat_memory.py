@@ -82,9 +82,9 @@ def _retiring(monkeypatch):
 ])
 def test_retiring_requests_while_running_changes_no_result(monkeypatch, overrides):
     monkeypatch.setattr(ledger, "FOLD_ROWS", 2048)  # fold (and retire) often, in both runs
-    whole = simulator.run(BENCH, {**overrides, "record_spans": False})
+    whole = simulator.run(BENCH, {**overrides, "record_spans": False}, last_mile_cost=False)
     seen = _retiring(monkeypatch)
-    retired = simulator.run(BENCH, {**overrides, "record_spans": False})
+    retired = simulator.run(BENCH, {**overrides, "record_spans": False}, last_mile_cost=False)
     assert any(running for running, _, _ in seen)  # some retired while the run went on
     assert [hi for _, _, hi in seen] == sorted(hi for _, _, hi in seen)  # in id order
     assert retired.summary == whole.summary
@@ -96,9 +96,9 @@ def test_retiring_requests_while_running_changes_no_result(monkeypatch, override
 def test_a_closed_loop_sets_each_arrival_before_its_request_runs(monkeypatch):
     raw = (None, {"workload.arrival": "closed", "workload.concurrency": 8, "workload.requests": 300})
     monkeypatch.setattr(ledger, "FOLD_ROWS", 2048)
-    whole = simulator.run(*raw)
+    whole = simulator.run(*raw, last_mile_cost=False)
     seen = _retiring(monkeypatch)
-    retired = simulator.run(*raw)
+    retired = simulator.run(*raw, last_mile_cost=False)
     assert any(running for running, _, _ in seen)
     assert retired.summary == whole.summary
     pd.testing.assert_frame_equal(retired.requests, whole.requests)
@@ -106,10 +106,10 @@ def test_a_closed_loop_sets_each_arrival_before_its_request_runs(monkeypatch):
 
 def test_spans_written_to_disk_give_the_same_trace_and_frame(monkeypatch, tmp_path):
     raw = (BENCH, {"workload.requests": 150, "record_spans": True})
-    held = simulator.run(*raw)
+    held = simulator.run(*raw, last_mile_cost=False)
     assert not held.trace_events.spans.segments  # fewer than SPILL_SPANS: all still in the lists
     monkeypatch.setattr(spans_mod, "SPILL_SPANS", 1000)  # many segments while running
-    spilled = simulator.run(*raw)
+    spilled = simulator.run(*raw, last_mile_cost=False)
     assert len(spilled.trace_events.spans.segments) > 20
     held.write(tmp_path / "a", figures=False)
     spilled.write(tmp_path / "b", figures=False)

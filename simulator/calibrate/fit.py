@@ -264,7 +264,7 @@ def predict(measurements: list[Measurement], hardware: str, cpu: str, values: di
                "hardware": {"gpu": gpu, "cpu": cpu_sec}, "record_spans": False}
         ov = {k: v for k, v in m.overrides.items() if k not in ("model", "kind")}
         try:
-            s = run(raw, ov).summary
+            s = run(raw, ov, last_mile_cost=False).summary
         except ConfigError as exc:
             where = f"row {m.row}, {exc.path}" if exc.path else f"row {m.row}"
             raise ConfigError(exc.message, file=m.source, path=where) from None

@@ -177,6 +177,16 @@ FIELD_DOCS: dict[str, str] = {
                                 "contiguous (a static cache, gpt-fast).",
     "Serving.chunk_bytes_per_token": "Bytes on the wire per streamed token.",
     "Serving.response_header_bytes": "Bytes of each response's headers.",
+    "Hardware.step_time": ("A GPU step as a function of its batch (fixed + per_decode x decode requests + "
+                           "per_prefill_token x prefill tokens) instead of the roofline: the stub GPU of "
+                           "lastmile measure-engine, so both sides see the same GPU. Launch costs are inside it."),
+    "StepTime.fixed": "Seconds of every step.",
+    "StepTime.per_decode": "Seconds per decoding request in the step.",
+    "StepTime.per_prefill_token": "Seconds per prompt token computed in the step.",
+    "Serving.last_mile": ("modelled: every cost of the last mile; free: the counterfactual with the last mile "
+                          "made free (the D2H copy of sampled ids, detokenization, output objects, the outputs' "
+                          "messages between processes, SSE chunks and the client link cost nothing; the "
+                          "request's own path in is unchanged). The summary's last_mile_cost is the difference."),
     "LLMScenario.workload": "Who sends what, when.",
     "LLMScenario.disaggregation": ("Prefill/decode disaggregation: prompts on the prefill pool, their KV cache "
                                    "sent over kv_link to a decode replica that generates every token."),

@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="run folder (default: runs/<scenario>-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of the text summary")
     p.add_argument("--no-write", action="store_true", help="do not write a run folder")
+    p.add_argument("--no-last-mile-cost", action="store_true",
+                   help="skip the counterfactual with the last mile free (an LLM run's last_mile_cost: a second "
+                        "simulation of the same scenario and seed)")
 
 
 def main(args) -> int:
@@ -38,7 +41,7 @@ def main(args) -> int:
         scenario = load_scenario(args.scenario, overrides)
     finally:
         gc.enable()
-    result = run_loaded(scenario, args.scenario)
+    result = run_loaded(scenario, args.scenario, not args.no_last_mile_cost)
     s = result.summary
     if s.get("status") == "oom":  # an outcome in a sweep; for one run there is nothing to show
         raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s["memory_key"])

@@ -24,6 +24,8 @@ def add_arguments(p) -> None:
     p.add_argument("--cluster", metavar="tcp://HOST:PORT", help="run the points on this Dask scheduler")
     p.add_argument("--workers", type=int, help="local worker processes (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--last-mile-cost", action="store_true",
+                   help="also simulate each LLM point with its last mile free (last_mile_cost.* columns; twice the work)")
 
 
 def parse_grid(text: str) -> tuple[str, list]:
@@ -57,7 +59,8 @@ def main(args) -> int:
     client = connect(args.cluster) if args.cluster else None
     try:
         df = sweep(args.scenario, grid, seeds=args.seeds, client=client, workers=args.workers,
-                   progress=False if args.no_progress else None, overrides=overrides)
+                   progress=False if args.no_progress else None, overrides=overrides,
+                   last_mile_cost=args.last_mile_cost)
     finally:
         if client is not None:
             client.close()

@@ -185,6 +185,20 @@ class LLMSpec(Strict):
         return self
 
 
+class StepTime(Strict):
+    """A GPU step given as a function of its batch instead of the roofline: ``fixed + per_decode x
+    decode requests + per_prefill_token x prefill tokens`` seconds. It is what ``lastmile
+    measure-engine``'s stub executor sleeps per step, so a simulated run and a real engine's host
+    stack driven against the stub see the same GPU."""
+
+    fixed: Seconds = 0.0
+    per_decode: Seconds = 0.0
+    per_prefill_token: Seconds = 0.0
+
+    def of(self, decode_requests: int, prefill_tokens: int) -> float:
+        return self.fixed + self.per_decode * decode_requests + self.per_prefill_token * prefill_tokens
+
+
 class Hardware(Strict):
     """The box: GPU type, the links around it, the host CPU and its cost profile."""
 
@@ -198,6 +212,7 @@ class Hardware(Strict):
     cpu: CPUCosts
     cuda_graphs: bool = True
     node: Optional[NodeSpec] = None
+    step_time: Optional[StepTime] = None
 
 
 class LLMParallel(Strict):
@@ -305,6 +320,7 @@ class Serving(Strict):
     decode_attention: Literal["paged", "contiguous"] = "paged"
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
+    last_mile: Literal["modelled", "free"] = "modelled"
 
 
 class Distribution(Strict):

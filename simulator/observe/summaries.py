@@ -58,6 +58,28 @@ class Throughput(_Summary):
     total_tokens_per_s: Optional[float]
 
 
+class CostPercentiles(_Summary):
+    """What the last mile costs in one metric (ms): the run's figure minus the counterfactual's."""
+
+    mean: Optional[float]
+    p50: Optional[float]
+    p99: Optional[float]
+
+
+class LastMileCost(_Summary):
+    """The counterfactual with the last mile free (``pipelines.llm.counterfactual``): the time it saves
+    per metric, the throughput it gains, ITL and E2E cost as shares of the run's means."""
+
+    ttft_ms: CostPercentiles
+    itl_ms: CostPercentiles
+    tpot_ms: CostPercentiles
+    e2e_ms: CostPercentiles
+    throughput_gain: Optional[float]
+    itl_share: Optional[float]
+    e2e_share: Optional[float]
+    free_status: Optional[str]
+
+
 class SLOLimits(_Summary):
     ttft_ms: float
     itl_ms: float
@@ -186,6 +208,7 @@ class LLMSummary(RunSummary):
     breakdown_share: Optional[dict[str, Share]] = None
     last_mile_share: Share = None
     itl_last_mile_share: Share = None
+    last_mile_cost: Optional[LastMileCost] = None
     itl_stalls: Optional[ITLStalls] = None
     itl_quantile_error: Optional[float] = None  # set when the ITL percentiles come from a sketch
     utilization: Optional[dict[str, Share]] = None

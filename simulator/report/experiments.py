@@ -176,24 +176,27 @@ def requests_for(concurrency: int, per_client: int = 2, minimum: int = 24) -> in
 
 
 def run_labelled(scenario, points: Sequence[tuple[Mapping, Mapping]], workers: int | None = None,
-                 progress: bool | None = False) -> pd.DataFrame:
-    """Run ``(labels, overrides)`` points as one parallel sweep; the labels become the leading columns."""
-    df = sweep(scenario, [over for _, over in points], workers=workers, progress=progress)
+                 progress: bool | None = False, last_mile_cost: bool = False) -> pd.DataFrame:
+    """Run ``(labels, overrides)`` points as one parallel sweep; the labels become the leading columns
+    (``last_mile_cost``: each LLM point's counterfactual with the last mile free too)."""
+    df = sweep(scenario, [over for _, over in points], workers=workers, progress=progress,
+               last_mile_cost=last_mile_cost)
     labels = pd.DataFrame([dict(lab) for lab, _ in points])
     return pd.concat([labels, df.drop(columns=[c for c in labels.columns if c in df.columns])], axis=1)
 
 
 def llm_concurrency(concurrency: Sequence[int], setups: Mapping[str, Mapping], scenario=None,
                     base: Mapping | None = None, per_client: int = 2, workers: int | None = None,
-                    progress: bool | None = False) -> pd.DataFrame:
-    """Closed-loop sweep of concurrency under each named setup (``setup``, ``concurrency`` columns)."""
+                    progress: bool | None = False, last_mile_cost: bool = False) -> pd.DataFrame:
+    """Closed-loop sweep of concurrency under each named setup (``setup``, ``concurrency`` columns);
+    ``last_mile_cost`` adds each point's counterfactual with the last mile free."""
     points = []
     for label, extra in setups.items():
         for c in concurrency:
             over = {**CLOSED_LOOP, **(base or {}), **extra, "workload.concurrency": int(c),
                     "workload.requests": requests_for(c, per_client)}
             points.append(({"setup": label, "concurrency": int(c)}, over))
-    return run_labelled(scenario, points, workers, progress)
+    return run_labelled(scenario, points, workers, progress, last_mile_cost)
 
 
 def crossover(rows: pd.DataFrame, threshold: float = 0.2, y: str = "itl_last_mile_share",

@@ -257,6 +257,20 @@ def last_mile_vs_concurrency(rows: pd.DataFrame, title: str, hue: str = "serving
                  threshold_label=f"{100 * threshold:.0f}% line")
 
 
+def last_mile_share_and_cost(rows: pd.DataFrame, title: str, hue: str = "setup", x: str = "concurrency") -> Figure:
+    """The last mile two ways against concurrency: its attributed share of ITL (left, log scale) and
+    the throughput the counterfactual with it free gains (right)."""
+    fig, axes = _figure(13.0, 4.5, ncols=2)
+    lines(rows, x, "itl_last_mile_share", hue, "attributed: last-mile share of ITL", "concurrent requests (closed loop)",
+          "last mile share of ITL (%, log scale)", logx=True, logy=True, percent=True, ax=axes[0])
+    lines(rows, x, "last_mile_cost.throughput_gain", hue, "counterfactual: throughput gained with the last mile free",
+          "concurrent requests (closed loop)", "throughput gain (%)", logx=True, percent=True, ax=axes[1])
+    if axes[0].get_legend() is not None:
+        axes[0].get_legend().remove()  # one legend, right of the right panel
+    fig.suptitle(_wrap(title, fig))
+    return fig
+
+
 def _span_colour(track: str, name: str, category: str) -> str:
     if category in PALETTE:
         return PALETTE[category]

@@ -83,8 +83,9 @@ def run_experiments(scale: Scale) -> dict:
                   for name, over in E.PLACEMENTS.items()}
     engines = {name: E.engine_setup(name) for name in E.ENGINES}
     stages = {
-        "engines": lambda: E.llm_concurrency(scale.concurrency, engines),
-        "engine_remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.engine_remedies()),
+        "engines": lambda: E.llm_concurrency(scale.concurrency, engines, last_mile_cost=True),
+        "engine_remedies": lambda: E.llm_concurrency([scale.remedy_concurrency], E.engine_remedies(),
+                                                     last_mile_cost=True),
         "scale_out": lambda: E.llm_scale_out(scale.scale_gpus),
         "dit_scale_out": lambda: E.dit_scale_out(scale.scale_gpus, steps=scale.dit_steps),
         "placements": lambda: E.llm_concurrency(scale.concurrency, placements),
@@ -106,10 +107,12 @@ def summary_frame(data: dict) -> pd.DataFrame:
     llm = ["status", "itl_last_mile_share", "last_mile_share", "itl_ms.p50", "itl_ms.p99", "ttft_ms.p50",
            "ttft_ms.p99", "tpot_ms.mean", "throughput.output_tokens_per_s", "itl_stalls.p99_over_p50",
            "itl_stalls.gaps_over_2x_median"]
+    cost = [f"last_mile_cost.{m}" for m in ("itl_share", "e2e_share", "throughput_gain", "ttft_ms.p50",
+                                            "itl_ms.mean", "e2e_ms.mean")]
     parts = [
         _long(data["engines"], "engines_last_mile_vs_concurrency", ["setup", "concurrency"],
-              llm + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
-        _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm),
+              llm + cost + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
+        _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm + cost),
         _long(data["dit_scale_out"], "dit_scale_out", ["fabric", "gpus"],
               ["status", "latency_s.p50", "last_mile_share", "breakdown_share.comm", "breakdown_share.denoise"]),
         _long(data["scale_out"], "llm_scale_out", ["fabric", "gpus"],
@@ -137,15 +140,29 @@ def _fmt_concurrency(c) -> str:
 def _engines_figure(data: dict, out: Path, scale: Scale) -> dict:
     """The headline: last-mile share of ITL against concurrency, per engine profile."""
     en = data["engines"]
-    fig = plots.last_mile_vs_concurrency(en, f"The last mile of real engines: {LLM_DESC}", hue="setup")
+    fig = plots.last_mile_share_and_cost(en, f"The last mile of real engines: {LLM_DESC}", hue="setup")
     plots.save(fig, out / "engines_last_mile_vs_concurrency.png")
-    top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
-    parts = [f"{name} {100 * top.loc[name, 'itl_last_mile_share']:.1f}% (API server "
-             f"{100 * top.loc[name, 'engine_time_share.api_server']:.0f}% of engine time)" for name in top.index]
     return {"engines_last_mile_vs_concurrency.png": (
-        "Last-mile share of inter-token latency (the part of each gap spent in D2H, detokenization and streaming "
-        "on the critical path) as closed-loop concurrency grows, per engine profile with its sourced CPU costs and "
-        f"process layout. At concurrency {int(top['concurrency'].iloc[0])}: " + ", ".join(parts) + ".")}
+        "Left: the last mile's share of inter-token latency, attributed on the critical path (the part of each gap "
+        "spent in D2H, detokenization, output processing, the outputs' messages and streaming, wherever it ran). "
+        "Right: what it costs, from the counterfactual run of the same scenario with the last mile free: the "
+        "throughput that run gains. Closed-loop concurrency grows, per engine profile with its sourced CPU costs "
+        f"and process layout. {_headline_costs(en)}")}
+
+
+def _headline_costs(en: pd.DataFrame) -> str:
+    """The headline's sentence at the highest concurrency: attributed share and counterfactual cost per engine."""
+    top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
+    parts = [f"{name}: {100 * top.loc[name, 'itl_last_mile_share']:.1f}% of ITL attributed, a free last mile "
+             f"{_signed_ms(top.loc[name, 'last_mile_cost.itl_ms.mean'])} mean ITL and "
+             f"{100 * top.loc[name, 'last_mile_cost.throughput_gain']:+.1f}% throughput (API server "
+             f"{100 * top.loc[name, 'engine_time_share.api_server']:.0f}% of engine time)" for name in top.index]
+    return f"At concurrency {int(top['concurrency'].iloc[0])}: " + "; ".join(parts) + "."
+
+
+def _signed_ms(saved_ms: float) -> str:
+    """What a free last mile does to a latency that the last mile costs ``saved_ms``: cuts or lengthens it."""
+    return f"cuts {saved_ms:.2f} ms off" if saved_ms >= 0 else f"adds {-saved_ms:.2f} ms to"
 
 
 def _engine_remedies_figure(data: dict, out: Path, scale: Scale) -> dict:
@@ -250,7 +267,8 @@ def _llm_run_figures(data: dict, out: Path, scale: Scale) -> dict:
     """Latency CDFs of three setups, and a timeline of a few steps of the first."""
     text = {}
     cdf_runs = {label: run(None, {**E.CLOSED_LOOP, **over, **slow_cpu(), "workload.concurrency": 64,
-                                  "workload.requests": 128, "record_spans": label == "engine, sync"})
+                                  "workload.requests": 128, "record_spans": label == "engine, sync"},
+                                 last_mile_cost=False)
                 for label, over in (("engine, sync", {}), ("separate detokenizer", E.REMEDIES["separate detokenizer"]),
                                     ("async overlap", E.REMEDIES["async overlap"]))}
     fig = plots.latency_cdfs(cdf_runs, f"Latency distributions at concurrency 64, {SLOW_FACTOR}x slower detok, {LLM_DESC}")
@@ -384,12 +402,8 @@ def headline(data: dict) -> list[str]:
     u = float(causal[causal["slicing"] == "uniform"]["bubble_fraction"].iloc[0])
     b = float(causal[causal["slicing"] == "balanced"]["bubble_fraction"].iloc[0])
     en = data["engines"]
-    top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
     return [
-        f"Real engines at concurrency {int(top['concurrency'].iloc[0])} ({LLM_DESC}), last mile as a share of "
-        "inter-token latency and API-server work as a share of engine time: "
-        + "; ".join(f"{n} {100 * top.loc[n, 'itl_last_mile_share']:.1f}% and "
-                    f"{100 * top.loc[n, 'engine_time_share.api_server']:.0f}%" for n in top.index) + ".",
+        f"Real engines ({LLM_DESC}), the last mile attributed and its counterfactual cost. {_headline_costs(en)}",
         f"Last mile vs 20% of inter-token latency, engine-process detokenization: with reference CPU costs it "
         f"{_fmt_concurrency(cross.get('engine · reference CPU'))}; with a {SLOW_FACTOR}x slower detokenizer it "
         f"{_fmt_concurrency(cross.get(f'engine · {SLOW_FACTOR}x slower detok'))}.",

@@ -173,6 +173,7 @@ class LLMCostModel:
     allreduce: str = "vllm"
     attention: DecodeAttentionKernel | None = None
     moe: FusedMoEKernel | None = None
+    step_time: object | None = None  # a StepTime: the step as a function of its batch, not the roofline
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -380,6 +381,8 @@ class LLMCostModel:
             n_new += n
             pairs += n * (p + (n + 1) / 2)
             kv += p + n
+        if self.step_time is not None:  # a stub GPU: the step is its function of the batch
+            return StepCost(compute=self.step_time.of(decode_requests, n_new), comm=0.0)
         tokens = decode_requests * decode_queries + n_new if decode_queries != 1 else decode_requests + n_new
         stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new,
                                                                decode_queries)
@@ -390,6 +393,8 @@ class LLMCostModel:
     def decode_time(self, decode_context: float, decode_requests: int) -> float:
         """``step(ctx, n).compute`` of a decode-only step, to the last bit: the same arithmetic in the
         same order, in one call (a closed-form decode run asks it once per step)."""
+        if self.step_time is not None:
+            return self.step_time.of(decode_requests, 0)
         base = self._decode_base.get(decode_requests)
         if base is None:  # linear and head time are memoized per batch size
             base = self._decode_base[decode_requests] = (self.linear_time(decode_requests),
@@ -397,6 +402,10 @@ class LLMCostModel:
         ctx, n = decode_context, decode_requests
         flop, d_kv, d_q, floor, d_fixed, layers, pp = self.decode_terms
         return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
+
+    def launch_time(self, cuda_graphs: bool) -> float:
+        """CPU seconds to launch one step's kernels (none apart for a stub GPU: its step includes them)."""
+        return 0.0 if self.step_time is not None else self.gpu.launch_time(self.kernels_per_step(), cuda_graphs)
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and

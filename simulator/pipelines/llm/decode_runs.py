@@ -54,7 +54,8 @@ class DecodeRuns:
                 and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
                 and sv.api_server_process == "own" and not cpu.has_ipc
                 and sv.multi_step == 1 and engine.sched.cache is None and engine.sched.offload is None
-                and engine.spec is None and sv.long_prefill_token_threshold == 0)
+                and engine.spec is None and sv.long_prefill_token_threshold == 0
+                and engine.cost.step_time is None)  # a run's decode time is the roofline's, inlined
 
     def run(self) -> float | None:
         """Commit the longest run of steps that can start now; returns when its last step's
@@ -135,8 +136,8 @@ class Run:
         sps, spr, launch = cpu.schedule_per_step, cpu.schedule_per_request, eng.launch_cost
         pps, ppr = cpu.prepare_per_step, cpu.prepare_per_request
         dsf, dpt, opr = cpu.detokenize_step_fixed, cpu.detokenize_per_token, cpu.output_per_request
-        ports, lat = eng.links.d2h_route
-        bw_min = min(p.bandwidth for p in ports)
+        ports, _ = eng.links.d2h_route
+        lat, bw_min = eng.links.d2h_terms()
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
         nserv = len(servers)

@@ -149,7 +149,7 @@ class Engine:
         self.outstanding = 0
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
-        self.launch_cost = cost.gpu.launch_time(cost.kernels_per_step(), settings.cuda_graphs)
+        self.launch_cost = cost.launch_time(settings.cuda_graphs)
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
         # Nothing can delay a step once launched (no TP/PP traffic, a booked D2H): its times are
         # closed forms, computed at launch, whenever the previous step's GPU end is known.
@@ -408,7 +408,7 @@ class Engine:
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
-        if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc:
+        if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc or self.sv.free_last_mile:
             return at
         return book(proc, at, self.sink.message_cost(emit), "send outputs")
 

@@ -11,7 +11,7 @@ from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
 from .routers import ROUTERS
-from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost
+from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_message_cost
 
 
 class Frontend:
@@ -135,13 +135,13 @@ class Frontend:
     def message_cost(self, emit) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server
         that holds some of ``emit`` (the receiving end costs as much, booked by :meth:`_receive`)."""
-        return sum(message_cost(self.cpu, n) for n in self._counts(emit) if n)
+        return sum(output_message_cost(self.sv, n) for n in self._counts(emit) if n)
 
     def _receive(self, counts) -> dict:
         """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
         if self.sv.shared or not self.cpu.has_ipc:
             return {}
-        return {j: cost for j, n in enumerate(counts) if n and (cost := message_cost(self.cpu, int(n))) > 0}
+        return {j: cost for j, n in enumerate(counts) if n and (cost := output_message_cost(self.sv, int(n))) > 0}
 
     def _counts(self, emit) -> list[int]:
         if len(self.servers) == 1:

@@ -17,8 +17,9 @@ class ReplicaLinks:
     """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
 
     def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, allreduce_parts,
-                 host_shared: bool = False):
+                 host_shared: bool = False, free_d2h: bool = False):
         self.fabric = topo.fabric
+        self.free_d2h = free_d2h  # the counterfactual with the last mile free: the ids are on the host at once
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
         # tokens -> (fixed seconds, seconds of bytes) of one all-reduce, as the cost model has it
         self.allreduce_parts = allreduce_parts
@@ -63,6 +64,8 @@ class ReplicaLinks:
     def d2h(self, sampled: int, label: str, issued: float | None = None):
         """Copy the step's ``sampled`` token ids from the last stage's GPU to the host, issued at
         ``issued`` (default: now; a Fabric flow starts when the caller reaches it)."""
+        if self.free_d2h:
+            return
         if self.d2h_booked:
             end = self.booked_d2h(sampled, label, self.env.now if issued is None else issued)
             yield self.env.timeout(end - self.env.now)
@@ -70,7 +73,16 @@ class ReplicaLinks:
             ports, lat = self.d2h_route
             yield from self.fabric.move(ports, SAMPLED_ID_BYTES * sampled, lat, label)
 
+    def d2h_terms(self) -> tuple[float, float]:
+        """The copy's latency and its narrowest port's bandwidth (0 and infinite when it is free)."""
+        if self.free_d2h:
+            return 0.0, float("inf")
+        ports, lat = self.d2h_route
+        return lat, min(p.bandwidth for p in ports)
+
     def booked_d2h(self, sampled: int, label: str, issued: float) -> float:
         """The copy's end, booked in closed form on the replica's reserved D2H port."""
+        if self.free_d2h:
+            return issued
         ports, lat = self.d2h_route
         return self.fabric.book(ports, SAMPLED_ID_BYTES * sampled, lat, label, issued)

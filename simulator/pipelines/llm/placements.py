@@ -10,13 +10,13 @@
 
 Each hands a processed step over with :meth:`hand_over`, a generator the engine runs; it books CPU
 work on the processes' clocks and calls the frontend (``engine.sink``) when the API servers have
-the outputs. Messages cost ``settings.message_cost`` at each end.
+the outputs. Messages cost ``settings.output_message_cost`` at each end.
 """
 
 from __future__ import annotations
 
 from ...hardware.cpu import book
-from .settings import message_cost
+from .settings import output_message_cost
 
 
 class InEngine:
@@ -40,7 +40,7 @@ class SeparateProcess:
 
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
-        sent = book(engine.proc, at, message_cost(engine.cpu, len(emit)), "send outputs")
+        sent = book(engine.proc, at, output_message_cost(engine.sv, len(emit)), "send outputs")
         engine.later(sent, lambda: SeparateProcess._detokenize(engine, step.index, emit, send, prefill_flag, done,
                                                                engine.tokens_of(step, emit)))
         return
@@ -49,7 +49,7 @@ class SeparateProcess:
     @staticmethod
     def _detokenize(engine, index: int, emit, send, prefill_flag, done, tokens: int) -> None:
         now, proc = engine.env.now, engine.detok_proc
-        book(proc, now, message_cost(engine.cpu, len(emit)), "detokenizer receive")
+        book(proc, now, output_message_cost(engine.sv, len(emit)), "detokenizer receive")
         _, e = proc.submit(now, engine.output_work(tokens, send), "detokenize")
         sent = engine.send_outputs(proc, e, emit)
         engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, e))

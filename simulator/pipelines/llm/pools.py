@@ -98,7 +98,8 @@ def build_cost(scenario) -> LLMCostModel:
     gpu = GPU.from_spec(hw.gpu)
     attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
     return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
-                        link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention)
+                        link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention,
+                        step_time=hw.step_time)
 
 
 def _tp_group(scenario):

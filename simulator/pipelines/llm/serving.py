@@ -204,7 +204,10 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     else:
         servers = [CPUProcess(f"api_server{j}", pool, recorder) for j in range(sv.api_servers)]
     system: ServingSystem | None = None
-    frontend = Frontend(env, FrontendSettings.from_scenario(scenario), topo.client_link, table, servers,
+    client = topo.client_link
+    if sv.last_mile == "free":  # the counterfactual: chunks reach the client as they are serialized
+        client = LinkParams(float("inf"), 0.0, f"{client.name} (free)")
+    frontend = Frontend(env, FrontendSettings.from_scenario(scenario), client, table, servers,
                         records.rows, lambda rid, receipt: system._finished(rid, receipt))
     last = plans[-1]  # the pool whose KV cache holds the generation: what the summary reports
     system = ServingSystem(env, scenario, table, frontend, replicas, servers, records, recorder, last.memory,
@@ -265,7 +268,8 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
     dis = scenario.disaggregation
     host_shared = ((sv.kv_offload is not None and sv.kv_offload.link is None)
                    or (dis is not None and dis.kv_link is None))
-    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts, host_shared)
+    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts, host_shared,
+                         sv.last_mile == "free")
     engine = CPUProcess(f"engine{k}", pool, recorder)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
     return Replica(engine, detok, links,

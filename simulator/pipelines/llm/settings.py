@@ -33,13 +33,16 @@ class EngineSettings:
     multi_step: int = 1
     long_prefill_token_threshold: int = LONG_PREFILL_TOKEN_THRESHOLD
     prefix_cache_insert: str = "allocate"
+    free_last_mile: bool = False  # the counterfactual: the outputs' path costs nothing (``serving.last_mile``)
 
     @classmethod
     def from_scenario(cls, scenario) -> "EngineSettings":
         sv = scenario.serving
+        free = sv.last_mile == "free"
         return cls(sv.max_batch, sv.max_batched_tokens, sv.block_size, sv.chunked_prefill, sv.overlap,
-                   sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs, scenario.hardware.cpu,
-                   sv.api_server_process, sv.multi_step, prefix_cache_insert=sv.prefix_cache_insert)
+                   sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs,
+                   last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process, sv.multi_step,
+                   prefix_cache_insert=sv.prefix_cache_insert, free_last_mile=free)
 
     @property
     def outputs_cross_to_api(self) -> bool:
@@ -56,12 +59,30 @@ class FrontendSettings:
     chunk_bytes_per_token: float
     cpu: object  # a validated CPUCosts
     shared: bool = False  # each API server runs in its replica's engine process (one GIL for both)
+    free_last_mile: bool = False  # the counterfactual: the outputs' path costs nothing (``serving.last_mile``)
 
     @classmethod
     def from_scenario(cls, scenario) -> "FrontendSettings":
         sv = scenario.serving
-        return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token, scenario.hardware.cpu,
-                   sv.api_server_process == "engine")
+        free = sv.last_mile == "free"
+        return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token,
+                   last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process == "engine", free)
+
+
+LAST_MILE_CPU_COSTS = ("detokenize_per_token", "detokenize_step_fixed", "output_per_request", "stream_per_chunk")
+"""The CPU costs of the outputs' path: the last mile's detokenization, output objects and SSE chunks."""
+
+
+def last_mile_costs(cpu, free: bool):
+    """The CPU cost profile the engines and API servers run with: ``cpu`` itself, or, for the
+    counterfactual with the last mile free, a copy whose output-path costs are zero."""
+    return cpu.model_copy(update=dict.fromkeys(LAST_MILE_CPU_COSTS, 0.0)) if free else cpu
+
+
+def output_message_cost(settings, requests: int) -> float:
+    """CPU seconds at one end of a message carrying ``requests`` entries of a step's outputs (free in
+    the counterfactual with the last mile free; a request's own message in is never free)."""
+    return 0.0 if settings.free_last_mile else message_cost(settings.cpu, requests)
 
 
 def message_cost(cpu, requests: int, extra_bytes: float = 0.0) -> float:

@@ -1,0 +1,121 @@
+"""The last mile is what it costs, not where it is booked (issue 23): the one attribution on the
+critical path, and the counterfactual run with the last mile free."""
+
+import numpy as np
+import pytest
+import simpy
+
+import simulator
+from simulator.hardware.cpu import CorePool, CPUProcess
+from simulator.observe import attribution
+
+BITES = "scenarios/llm/last_mile_bites.yaml"
+
+
+def test_a_wait_on_a_process_is_split_by_what_ran_there():
+    """A task submitted behind detokenization and streaming on its process waited on exactly those."""
+    env = simpy.Environment()
+    proc = CPUProcess("engine0", CorePool(4))
+    proc.submit(0.0, 2e-3, "detokenize")
+    proc.submit(0.0, 3e-3, "stream")
+    proc.submit(0.0, 1e-3, "tokenize")
+    start, _ = proc.submit(1e-3, 1e-3, "schedule+launch")  # submitted 1 ms into the detokenization
+    assert start == pytest.approx(6e-3)
+    det, stream = attribution.wait_activity(proc, 1e-3, start)
+    assert (det, stream) == (pytest.approx(1e-3), pytest.approx(3e-3))  # tokenization counts as scheduling
+    assert attribution.wait_activity(proc, start, start) == (0.0, 0.0)
+    del env
+
+
+def test_a_window_sums_to_its_length():
+    """Every category's part of a window, with a wait split three ways, adds up to the window."""
+    rng = np.random.default_rng(1)
+    n = 1000
+    ws = rng.uniform(0, 1, n)
+    a0 = ws + rng.uniform(-0.2, 0.2, n)
+    s0 = a0 + rng.uniform(0, 0.1, n)
+    a1 = s0 + rng.uniform(0, 0.1, n)
+    g0 = np.maximum(a1, ws) + rng.uniform(0, 0.1, n)
+    g1 = g0 + rng.uniform(0, 0.1, n)
+    wait = s0 - a0
+    wdet, wstr = wait * 0.3, wait * 0.5
+    pd1, pe, pR = ws + 0.01, ws + 0.03, ws + 0.05
+    c = attribution.cut(ws, pd1, pe, a0, a1, s0, g0, g1, np.full(n, 0.01), wdet, wstr)
+    b3 = attribution.receipt(pR, c)
+    total = sum(attribution.step_parts(c).values()) + sum(attribution.receipt_parts(b3, c))
+    np.testing.assert_allclose(total, g1 - ws, rtol=0, atol=1e-12)
+
+
+def _bites(detokenizer: str) -> dict:
+    return simulator.run(BITES, {"workload.concurrency": 64, "workload.requests": 512,
+                                 "serving.detokenizer": detokenizer, "record_spans": False}).summary
+
+
+def test_booking_the_same_work_under_another_process_leaves_the_share():
+    """last_mile_bites (vLLM 0.5: the API server shares the engine's process) detokenizing in the engine
+    and in the API server: the same times, so the same last-mile share (it was 21% and 0.2%)."""
+    eng, api = _bites("engine"), _bites("api_server")
+    assert api["itl_ms"]["mean"] == pytest.approx(eng["itl_ms"]["mean"], rel=1e-3)
+    assert eng["itl_last_mile_share"] > 0.3
+    assert api["itl_last_mile_share"] == pytest.approx(eng["itl_last_mile_share"], abs=0.01)
+    assert api["last_mile_share"] == pytest.approx(eng["last_mile_share"], abs=0.01)
+    # the counterfactual agrees with the attribution where the last mile sits on the critical path
+    for s in (eng, api):
+        assert s["last_mile_cost"]["itl_share"] == pytest.approx(s["itl_last_mile_share"], abs=0.02)
+
+
+def test_one_api_server_bottleneck_is_large_and_the_counterfactual_buys_at_least_a_second_server():
+    """Short prompts on a B200 at concurrency 1,024 with vLLM V1's layout: one API server sets the
+    token rate, so the last mile is most of ITL, and making it free gains at least what a second
+    API server buys."""
+    over = {"serving.engine": "vllm-v1", "serving.overlap": "async", "serving.detokenizer": "api_server",
+            "serving.api_server_process": "own", "workload.concurrency": 1024, "workload.requests": 2048,
+            "record_spans": False}
+    one = simulator.run(BITES, over).summary
+    two = simulator.run(BITES, {**over, "serving.api_servers": 2}, last_mile_cost=False).summary
+    assert one["itl_last_mile_share"] > 0.5
+    second_server = two["throughput"]["output_tokens_per_s"] / one["throughput"]["output_tokens_per_s"] - 1
+    assert second_server > 0.3
+    assert one["last_mile_cost"]["throughput_gain"] >= second_server
+
+
+TWO = {"model": {"base": "llama-3-8b", "layers": 2}, "serving.engine": "reference",
+       "serving.api_server_process": "engine", "serving.detokenizer": "api_server",
+       "hardware.cpu.detokenize_per_token": "1 ms", "hardware.cpu.output_per_request": "0 ms",
+       "hardware.cpu.stream_per_chunk": "2 ms", "hardware.cpu.detokenize_step_fixed": "0 ms",
+       "hardware.cpu.request_overhead": "0 ms", "hardware.cpu.tokenize_per_token": "0 ms",  # one prefill step
+       "workload.requests": 2, "workload.arrival": "all_at_once", "workload.prompt_tokens": 16,
+       "workload.output_tokens": 2, "record_spans": False}
+
+
+def test_two_requests_closed_form():
+    """Two requests, two tokens each, their API server in the engine's process: after the prefill step
+    the decode step's scheduling waits 2 ms behind detokenizing both tokens and 4 ms behind their two
+    chunks, so each request's detokenization is 2 + 2 ms (that wait and its last token's) and its
+    stream 4 ms plus its last chunk's place in the stream (2 or 4 ms) and the client link; what the
+    counterfactual saves on each request's E2E is exactly its attributed last mile."""
+    base = simulator.run(None, TWO, last_mile_cost=False)
+    free = simulator.run(None, {**TWO, "serving.last_mile": "free"}, last_mile_cost=False)
+    b = base.breakdown
+    assert base.summary["steps"] == 2  # both prompts in one step, both second tokens in the next
+    np.testing.assert_allclose(b["detokenize"], [4e-3, 4e-3], rtol=0, atol=1e-12)
+    link = b["stream"].to_numpy() - np.array([6e-3, 8e-3])  # the client link's time, the same for both
+    assert link[0] == pytest.approx(link[1], abs=1e-12) and 0 < link[0] < 1e-3
+    assert (b["d2h"] > 0).all()
+    last_mile = (b["d2h"] + b["detokenize"] + b["stream"]).to_numpy()
+    saved = base.requests["e2e_s"].to_numpy() - free.requests["e2e_s"].to_numpy()
+    np.testing.assert_allclose(saved, last_mile, rtol=0, atol=1e-12)
+    assert (free.breakdown[["d2h", "detokenize", "stream"]].to_numpy() == 0).all()
+    np.testing.assert_allclose(b.drop(columns="e2e_s").sum(axis=1), b["e2e_s"], rtol=0, atol=1e-12)
+
+
+def test_last_mile_cost_is_in_every_llm_summary_and_deterministic():
+    s1 = simulator.run(None, {"workload.requests": 40}).summary
+    s2 = simulator.run(None, {"workload.requests": 40}).summary
+    assert s1["last_mile_cost"] == s2["last_mile_cost"]
+    c = s1["last_mile_cost"]
+    assert c["free_status"] == "ok"
+    assert c["e2e_ms"]["mean"] > 0  # the default stack's last mile costs something
+    assert "last_mile_cost" not in simulator.run(None, {"workload.requests": 40}, last_mile_cost=False).summary
+    assert "last_mile_cost" not in simulator.run(None, {"workload.requests": 40,
+                                                        "serving.last_mile": "free"}).summary
