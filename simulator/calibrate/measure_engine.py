@@ -515,27 +515,52 @@ def _cpu_model() -> str:
 
 
 def fit_host_costs(rows: list[dict]) -> dict:
-    """Least-squares host costs from the measured points (numpy lstsq, no intercept):
+    """Least-squares host costs (CPU seconds) from the measured points (numpy lstsq, no intercept).
 
-    engine core CPU s = per_step * steps + per_request_step * sum over steps of scheduled requests
-                        + per_request * requests
-    API server CPU s  = per_request * requests + per_chunk * SSE chunks + per_token * output tokens
+    engine core:  per_step * steps + per_request_step * (sum over steps of the scheduled requests)
+    API servers:  per_message * steps * api_servers + per_request * requests + per_chunk * SSE chunks
+    client:       per_request * requests + per_chunk * SSE chunks
+
+    Every request here has the same input and output length, so a cost per request, per output token
+    and per request-step cannot be told apart (requests x 64 = tokens, and each request is scheduled
+    about 64 times); ``engine_core_per_request`` gives the engine core's fit with requests instead of
+    request-steps. ``steps * api_servers`` bounds the engine-output messages the API servers receive
+    (one per step per API server with a request in that step).
     """
-    out = {}
-    eng = [r for r in rows if r.get("steps")]
-    if len(eng) >= 3:
-        X = np.array([[r["steps"], r["req_steps"], r["completed"]] for r in eng], float)
-        y = np.array([r["cpu_s_engine_core"] for r in eng], float)
-        out["engine_core"] = _lstsq(X, y, ["per_step_s", "per_request_step_s", "per_request_s"], eng)
-    api = [r for r in rows if r.get("chunks")]
-    if len(api) >= 3:
-        cols = ["per_request_s", "per_chunk_s", "per_token_s"]
-        X = np.array([[r["completed"], r["chunks"], r["output_tokens"]] for r in api], float)
-        if np.linalg.matrix_rank(X) < 3:
-            cols, X = cols[:2], X[:, :2]
-        y = np.array([r["cpu_s_api"] for r in api], float)
-        out["api_server"] = _lstsq(X, y, cols, api)
-    return out
+    rows = [{k: _num(v) for k, v in r.items()} for r in rows]
+    rows = [r for r in rows if r.get("steps") and r.get("chunks")]
+    if len(rows) < 3:
+        return {}
+    col = lambda key: np.array([r[key] for r in rows], float)  # noqa: E731
+    steps, req_steps, requests, chunks = col("steps"), col("req_steps"), col("completed"), col("chunks")
+    messages = steps * col("api_servers")
+    return {
+        "engine_core": _lstsq(np.c_[steps, req_steps], col("cpu_s_engine_core"),
+                              ["per_step_s", "per_request_step_s"], rows),
+        "engine_core_per_request": _lstsq(np.c_[steps, requests], col("cpu_s_engine_core"),
+                                          ["per_step_s", "per_request_s"], rows),
+        "api_server": _lstsq(np.c_[messages, requests, chunks], col("cpu_s_api"),
+                             ["per_message_s", "per_request_s", "per_chunk_s"], rows),
+        "client": _lstsq(np.c_[requests, chunks], col("cpu_s_client"), ["per_request_s", "per_chunk_s"], rows),
+    }
+
+
+def _num(value):
+    if isinstance(value, str):
+        if value in ("True", "False"):
+            return value == "True"
+        try:
+            return float(value) if any(ch in value for ch in ".eE") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def read_csv(path) -> list[dict]:
+    import csv
+
+    with open(path) as f:
+        return [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
 def _lstsq(X, y, names, rows) -> dict:
@@ -545,9 +570,10 @@ def _lstsq(X, y, names, rows) -> dict:
     return {
         "coefficients": {n: float(f"{c:.4g}") for n, c in zip(names, coef)},
         "rms_residual_s": float(f"{np.sqrt(np.mean(resid ** 2)):.4g}"),
+        "rms_rel_residual": float(f"{np.sqrt(np.mean((resid / np.maximum(np.abs(y), 1e-9)) ** 2)):.3g}"),
         "max_abs_rel_residual": float(f"{np.max(np.abs(resid) / np.maximum(np.abs(y), 1e-9)):.3g}"),
         "points": [{"point": f"c={r['concurrency']} si={r['stream_interval']} api={r['api_servers']}"
-                    + ("" if r.get("async_scheduling", True) in (True, "True") else " no-async"),
+                    + ("" if r.get("async_scheduling", True) else " no-async"),
                     "measured_s": round(float(a), 3), "fitted_s": round(float(b), 3)}
                    for r, a, b in zip(rows, y, pred)],
     }
