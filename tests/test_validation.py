@@ -50,6 +50,11 @@ TOLERANCE = {
     # NCCL collectives (issue 14): the median meets 10%; the worst rows are the OCI A100 small sizes (an
     # older NCCL's latency) and NVLSTree across GB200 racks: see the family's notes.
     ("nccl_collectives", "busbw_gbps"): (10, 118),
+    # The real vLLM host stack with a stub GPU (issue 23, measured here): misses its 10% target; output
+    # merging, the asyncio API server's interleaving and the client's CPU are the mechanisms (notes).
+    ("host_path_vllm", "ttft_ms"): (42, 71),
+    ("host_path_vllm", "tpot_ms"): (15, 84),
+    ("host_path_vllm", "output_tokens_per_s"): (16, 23),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (55, 55),
@@ -271,3 +276,17 @@ def test_a_case_of_an_unknown_kind_names_its_key(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_family(p)
     assert "cases[0].kind" in str(err.value)
+
+
+def test_host_path_knee_within_one_step_of_the_sweep(table):
+    """Where one API server saturates (throughput within 10% of the sweep's maximum from there on),
+    simulated and measured on the real vLLM stack, is the same concurrency or the next."""
+    rows = table[(table.family == "host_path_vllm") & (table.metric == "output_tokens_per_s")]
+    rows = rows[rows.case.str.endswith("si=1 api=1")]
+    conc = [int(c.split()[0][2:]) for c in rows.case]
+
+    def knee(values):
+        return next(i for i, v in enumerate(values) if v >= 0.9 * max(values))
+
+    assert len(conc) >= 5
+    assert abs(knee(list(rows.predicted)) - knee(list(rows.measured))) <= 1

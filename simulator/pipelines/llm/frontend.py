@@ -105,13 +105,12 @@ class Frontend:
         tokens after a prefill (None: all decode); ``done`` marks finished requests (None: none);
         ``e_tok`` is each token's (or every token's) detokenization end.
         """
-        t, sv, client = self.table, self.sv, self.client
+        t = self.table
         sent_ids = emit if send is None else emit[send]
         gen = t.generated[sent_ids]
         before = t.sent[sent_ids]
         ntok = gen - before
-        bw = client.bandwidth
-        received = done_send + (client.latency + sv.response_header_bytes / bw) + ntok * (sv.chunk_bytes_per_token / bw)
+        received = receipt_time(self.client, self.sv, done_send, ntok)
         if send is None:
             R, kind, tokens = received, SENT, ntok
         else:
@@ -221,3 +220,10 @@ class Frontend:
         for j in lead:
             e_tok[api == j] = starts[j]  # detokenized when the server's stream task begins
         self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)
+
+
+def receipt_time(client, settings, serialized, ntok):
+    """When chunks written at ``serialized`` carrying ``ntok`` tokens each reach the client over its link."""
+    bw = client.bandwidth
+    return serialized + (client.latency + settings.response_header_bytes / bw) + ntok * (settings.chunk_bytes_per_token / bw)
+

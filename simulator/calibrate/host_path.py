@@ -1,0 +1,119 @@
+"""From ``lastmile measure-engine`` measurements to what the simulator runs: an engine profile whose
+host costs are fitted from the real engine's per-process CPU seconds, and the validation family
+whose reference is the measured client-side latencies.
+
+The costs come from CPU seconds only (the engine core's per step, per scheduled request per step
+and per request; the API server's per request, per SSE chunk and per output token, fitted by
+``measure_engine.fit_host_costs``); no latency or throughput of the sweep is used, so the family's
+TTFT, TPOT and throughput are a check of the simulated layout, not an echo of the fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import yaml
+
+from ..project import scenarios_dir
+
+REFERENCE = "validation/reference/host_path_{engine}.csv"
+"""The measured points (``scenarios/`` relative): one row per concurrency x stream interval x API servers."""
+
+METRICS = {"ttft_ms": "ttft_ms_mean", "tpot_ms": "tpot_ms_mean", "output_tokens_per_s": "output_tokens_per_s"}
+"""Family metric -> the CSV column measured at the client (vllm bench serve's means)."""
+
+STUB_MODEL = {"base": "llama-3-8b", "name": "tiny-llama-stub", "layers": 2, "hidden": 64, "heads": 4,
+              "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 4096, "context_length": 4096}
+"""The stub's model folder (``measure_engine._BUILD_MODEL``'s config.json): only its KV bytes matter here,
+since the GPU step is the stub's function."""
+
+
+def read_points(path: str | os.PathLike) -> list[dict]:
+    """The measured rows, numbers as numbers."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        row = {}
+        for k, v in r.items():
+            try:
+                row[k] = float(v) if any(c in v for c in ".e") else int(v)
+            except ValueError:
+                row[k] = {"True": True, "False": False}.get(v, v)
+        out.append(row)
+    return out
+
+
+def profile_costs(fits: dict) -> dict:
+    """CPUCosts over ``vllm-v1`` from the fitted CPU seconds: the engine core's per-step and
+    per-request-per-step costs as its scheduling; the API server's per-message cost (receiving a
+    step's outputs and running its output handler) as the per-step part of its output processing,
+    its per-chunk cost as the SSE chunk (detokenization and output objects inside it), its
+    per-request cost as its request overhead (tokenization inside it)."""
+    eng, api = fits["engine_core"]["coefficients"], fits["api_server"]["coefficients"]
+
+    def us(seconds: float) -> str:
+        return f"{max(seconds, 0.0) * 1e6:.4g} us"
+
+    return {"schedule_per_step": us(eng["per_step_s"]), "schedule_per_request": us(eng["per_request_step_s"]),
+            "prepare_per_step": "0 us", "prepare_per_request": "0 us",
+            "request_overhead": us(api["per_request_s"] + eng.get("per_request_s", 0.0)),
+            "tokenize_per_token": "0 us", "detokenize_per_token": us(api.get("per_token_s", 0.0)),
+            "detokenize_step_fixed": us(api.get("per_message_s", 0.0)), "output_per_request": "0 us",
+            "stream_per_chunk": us(api["per_chunk_s"])}
+
+
+def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:
+    """The measured engine profile (``serving.engine: PATH``) from a measurement's sidecar."""
+    m = sidecar["measured"]
+    doc = {"engine": {"base": "vllm-v1", "costs": profile_costs(sidecar["fits"])},
+           "measured": {"source": f"lastmile measure-engine vllm ({csv_name}): the real vLLM serving stack with a "
+                                  "stub GPU; costs fitted from per-process CPU seconds (simulator.calibrate.host_path)",
+                        "date": m["date"], "cpu_model": m["cpu_model"], "cpus": m["cpus"],
+                        "versions": m["versions"], "fits": sidecar["fits"]}}
+    _write_yaml(doc, path)
+    return doc
+
+
+def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm") -> dict:
+    """The validation family: each measured point as a case of the stub scenario."""
+    stub = sidecar["stub_step"]
+    limits = sidecar["server_limits"]
+    base = {"record_spans": False, "model": STUB_MODEL,
+            "hardware": {"gpu": "h100-sxm", "cpu_cores": int(sidecar["measured"]["cpus"]),
+                         "step_time": {"fixed": stub["a_s"], "per_decode": stub["b_s"],
+                                       "per_prefill_token": stub["c_s"]}},
+            "serving": {"engine": profile, "max_batch": int(limits["max_num_seqs"]),
+                        "max_batched_tokens": int(limits["max_num_batched_tokens"])},
+            "workload": {"arrival": "closed", "concurrency": 1, "requests": 100}}
+    cases = []
+    for r in points:
+        prompt = round(r["prefill_tokens"] / r["completed"]) if r.get("prefill_tokens") else int(r["input_len"])
+        setting = {"workload.concurrency": int(r["concurrency"]), "workload.requests": int(r["num_prompts"]),
+                   "workload.prompt_tokens": prompt, "workload.output_tokens": int(r["output_len"]),
+                   "serving.stream_interval": int(r["stream_interval"]), "serving.api_servers": int(r["api_servers"]),
+                   "serving.overlap": "async" if r.get("async_scheduling", True) else "sync"}
+        label = (f"c={r['concurrency']} si={r['stream_interval']} api={r['api_servers']}"
+                 + ("" if r.get("async_scheduling", True) else " no-async"))
+        cases.append({"case": label, "set": setting,
+                      "measured": {m: float(f"{r[col]:.6g}") for m, col in METRICS.items()}})
+    m = sidecar["measured"]
+    return {"family": f"host_path_{engine}",
+            "title": f"The real {engine} serving stack on this CPU with a stub GPU: client TTFT, TPOT and throughput",
+            "source": f"scenarios/{REFERENCE.format(engine=engine)} (lastmile measure-engine {engine}, "
+                      f"{engine} {m['versions'].get(engine)}, {m['cpu_model']}, {m['date']})",
+            "metric": "output_tokens_per_s", "notes": "", "base": base, "cases": cases}
+
+
+def _write_yaml(doc: dict, path) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False, width=110)
+    os.replace(tmp, path)
+
+
+def reference_path(engine: str = "vllm") -> Path:
+    return scenarios_dir() / REFERENCE.format(engine=engine)
