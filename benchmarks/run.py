@@ -10,7 +10,7 @@ What it measures, in one invocation:
 - **reference**: the wall time of 1,000,000 SimPy timeouts (``env.timeout(1)`` yielded by one process,
   ``env.run()`` timed) in a fresh Python process. Wall time divided by it is the run's cost in
   *reference units*, which moves much less than seconds between machines and Python builds.
-- **runs**: ``lastmile run SCENARIO --no-write -q --json --set record_spans=...`` as a child process:
+- **runs**: ``lastmile run SCENARIO --no-write --no-last-mile-cost -q --json --set record_spans=...`` as a child process:
   wall clock as the shell sees it (interpreter start, imports, loading the trace, simulating, the
   summary) and that child's own peak RSS (``os.wait4``'s rusage, so one child's peak is not another's).
 
@@ -160,7 +160,9 @@ def reference_once() -> float:
 
 
 def run_argv(requests: int | None, spans: bool) -> list[str]:
-    argv = _cli() + ["run", str(SCENARIO), "--no-write", "-q", "--json", "--set", f"record_spans={str(spans).lower()}"]
+    # the simulation alone: the counterfactual with the last mile free (on by default) would run it twice
+    argv = _cli() + ["run", str(SCENARIO), "--no-write", "--no-last-mile-cost", "-q", "--json",
+                     "--set", f"record_spans={str(spans).lower()}"]
     if requests is not None:
         argv += ["--set", f"workload.requests={requests}"]
         if requests > TRACE_ROWS:

@@ -77,16 +77,21 @@ sub[["tpot_ms.mean", "itl_ms.p99", "itl_last_mile_share", "throughput.output_tok
 
 Each engine profile runs with its own serving defaults (`E.engine_setup`: process layout, overlap
 mode, stream interval, batch limits) on the same closed-loop load, at fewer concurrencies than
-above to keep the notebook quick. Besides the last-mile share of ITL, the summary splits each
-engine's time into GPU, scheduling + input preparation, output processing and API-server work
-(`engine_time_share.*`)."""),
+above to keep the notebook quick. The last mile is measured two ways: its share of ITL attributed on
+the critical path (`itl_last_mile_share`: the part of each gap spent in D2H, detokenization, output
+processing and streaming, whichever process ran it), and what it costs (`last_mile_cost`: the same
+run with the last mile made free, `serving.last_mile: free`, and what that saves; `last_mile_cost=True`
+adds that second run to each point). The summary also splits each engine's time into GPU,
+scheduling + input preparation, output processing and API-server work (`engine_time_share.*`)."""),
     new_code_cell("""\
 engine_concurrency = [1, 16, 64, 256]
-engines = E.llm_concurrency(engine_concurrency, {name: E.engine_setup(name) for name in E.ENGINES})
-fig = plots.last_mile_vs_concurrency(engines, "Llama-3-8B on 1x H100: last-mile share of ITL vs concurrency, "
-                                     "per engine profile", hue="setup")
+engines = E.llm_concurrency(engine_concurrency, {name: E.engine_setup(name) for name in E.ENGINES},
+                            last_mile_cost=True)
+fig = plots.last_mile_share_and_cost(engines, "Llama-3-8B on 1x H100, per engine profile: the last mile attributed "
+                                     "and what a free last mile would gain")
 display(Image(plots.to_png(fig)))
-shares = ["itl_last_mile_share", *[f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]]
+shares = ["itl_last_mile_share", "last_mile_cost.itl_share", "last_mile_cost.throughput_gain",
+          *[f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]]
 for name, g in engines.groupby("setup", sort=False):
     t = g.set_index("concurrency")[["status", "tpot_ms.mean", "throughput.output_tokens_per_s", *shares]]
     t[shares] = (100 * t[shares]).round(2)  # shares in percent
@@ -149,7 +154,9 @@ for name in E.ENGINES:
                   f"{100 * (1 - t / base_t):.1f}% less)")
     else:
         remedy = f"none of the remedies it lacks lowers its mean TPOT ({base_t:.2f} ms as shipped)"
-    print(f"  {name}: the last mile is {100 * top.loc[name, 'itl_last_mile_share']:.2f}% of ITL, the API server "
+    print(f"  {name}: the last mile is {100 * top.loc[name, 'itl_last_mile_share']:.2f}% of ITL attributed; "
+          f"made free it would change mean ITL by {-top.loc[name, 'last_mile_cost.itl_ms.mean']:+.2f} ms and "
+          f"throughput by {100 * top.loc[name, 'last_mile_cost.throughput_gain']:+.1f}%; the API server is "
           f"{100 * top.loc[name, 'engine_time_share.api_server']:.0f}% of engine time; {remedy}.")
 cross_en = {k: v for k, v in E.crossover(engines).items() if v is not None}
 print("Engines whose last mile passes 20% of ITL between concurrency "

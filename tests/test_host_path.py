@@ -6,11 +6,11 @@ from pathlib import Path
 import yaml
 
 from simulator.calibrate import host_path as hp
+from simulator.config import catalog
 from simulator.validate import discover
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDECAR = ROOT / "scenarios/validation/reference/host_path_vllm.yaml"
-PROFILE = ROOT / "simulator/config/profiles/engine_measured_vllm_stub.yaml"
 
 
 def test_the_family_is_the_measurement():
@@ -29,10 +29,18 @@ def test_the_family_is_the_measurement():
                                                  "per_prefill_token": side["stub_step"]["c_s"]}
 
 
-def test_the_profile_is_the_fit_of_cpu_seconds():
-    """The committed profile's costs are the sidecar's fits mapped onto vllm-v1's terms, nothing tuned."""
+def test_the_measured_profile_is_the_fit_of_cpu_seconds(tmp_path):
+    """The catalog's vllm-v1-measured costs are the sidecar's fits mapped onto the simulator's terms,
+    nothing tuned; a profile written from the same sidecar loads to the same costs."""
     side = yaml.safe_load(SIDECAR.read_text())
-    profile = yaml.safe_load(PROFILE.read_text())
-    assert profile["engine"]["base"] == "vllm-v1"
-    assert profile["engine"]["costs"] == hp.profile_costs(side["fits"])
-    assert profile["measured"]["versions"]["vllm"] == side["measured"]["versions"]["vllm"]
+    entry = catalog.entry("cpus", "vllm-v1-measured")
+    fitted = hp.profile_costs(side["fits"])
+    assert {k: entry[k] for k in fitted} == {k: (v if isinstance(v, int) else v) for k, v in fitted.items()}
+    assert catalog.entry("engines", "vllm-v1-measured")["cpu"] == "vllm-v1-measured"
+    written = hp.write_profile(side, tmp_path / "mine.yaml", "host_path_vllm.csv")
+    assert written["engine"]["costs"] == fitted
+    from simulator.api import load_scenario
+    mine = load_scenario(None, {"serving.engine": str(tmp_path / "mine.yaml")}).hardware.cpu
+    ours = load_scenario(None, {"serving.engine": "vllm-v1-measured"}).hardware.cpu
+    assert mine.model_dump(exclude={"name", "source", "sources", "measured"}) == \
+        ours.model_dump(exclude={"name", "source", "sources", "measured"})

@@ -51,7 +51,8 @@ def profile_costs(fits: dict) -> dict:
     per-request-per-step costs as its scheduling; the API server's per-message cost (receiving a
     step's outputs and running its output handler) as the per-step part of its output processing,
     its per-chunk cost as the SSE chunk (detokenization and output objects inside it), its
-    per-request cost as its request overhead (tokenization inside it)."""
+    per-request cost as its request overhead (tokenization inside it). Messages between the
+    processes cost nothing apart: their serialization is inside the fitted costs at both ends."""
     eng, api = fits["engine_core"]["coefficients"], fits["api_server"]["coefficients"]
 
     def us(seconds: float) -> str:
@@ -62,7 +63,8 @@ def profile_costs(fits: dict) -> dict:
             "request_overhead": us(api["per_request_s"] + eng.get("per_request_s", 0.0)),
             "tokenize_per_token": "0 us", "detokenize_per_token": us(api.get("per_token_s", 0.0)),
             "detokenize_step_fixed": us(api.get("per_message_s", 0.0)), "output_per_request": "0 us",
-            "stream_per_chunk": us(api["per_chunk_s"])}
+            "stream_per_chunk": us(api["per_chunk_s"]), "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
+            "ipc_bytes_per_request": 0}
 
 
 def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:

@@ -48,8 +48,9 @@ CLOSED_LOOP: Mapping = {"serving.engine": "reference", "workload.arrival": "clos
                         "workload.output_tokens": 128, "serving.max_batch": 1024, "serving.overlap": "sync",
                         "serving.detokenizer": "engine", "record_spans": False}
 
-#: Engine profiles of the report, in release order (``serving.engine``; catalog engines.yaml).
-ENGINES = ("vllm-0.5", "vllm-0.6", "vllm-v1", "sglang", "trtllm")
+#: Engine profiles of the report, in release order (``serving.engine``; catalog engines.yaml); vLLM V1
+#: twice: with the catalog's sourced costs and with the host costs measured from its own code here.
+ENGINES = ("vllm-0.5", "vllm-0.6", "vllm-v1", "vllm-v1-measured", "sglang", "trtllm")
 
 #: What each remedy changes on an engine profile, for the per-engine remedies figure.
 ENGINE_REMEDIES: Mapping[str, Mapping] = {

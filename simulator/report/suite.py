@@ -154,8 +154,8 @@ def _headline_costs(en: pd.DataFrame) -> str:
     """The headline's sentence at the highest concurrency: attributed share and counterfactual cost per engine."""
     top = en[en["concurrency"] == en["concurrency"].max()].set_index("setup")
     parts = [f"{name}: {100 * top.loc[name, 'itl_last_mile_share']:.1f}% of ITL attributed, a free last mile "
-             f"{_signed_ms(top.loc[name, 'last_mile_cost.itl_ms.mean'])} mean ITL and "
-             f"{100 * top.loc[name, 'last_mile_cost.throughput_gain']:+.1f}% throughput (API server "
+             f"{_signed_ms(top.loc[name, 'last_mile_cost.itl_ms.mean'])} mean ITL and changes throughput by "
+             f"{100 * top.loc[name, 'last_mile_cost.throughput_gain']:+.1f}% (API server "
              f"{100 * top.loc[name, 'engine_time_share.api_server']:.0f}% of engine time)" for name in top.index]
     return f"At concurrency {int(top['concurrency'].iloc[0])}: " + "; ".join(parts) + "."
 
