@@ -28,23 +28,25 @@ seconds the scheduling waited behind (wdet, wstr, within a0..s0)."""
 @dataclass
 class Cuts:
     """A window's cut points (arrays, or scalars): ws <= b1 <= b2 <= cs <= sw <= c1 <= c2 <= bc <= g1,
-    and the shares of the scheduling's wait [cs, sw] that were detokenization and streaming."""
+    and the shares of the scheduling's wait [cs, sw] that were detokenization and streaming (None
+    where no step's scheduling waited behind either: the wait, if any, is all scheduling)."""
 
-    ws: np.ndarray
-    b1: np.ndarray
-    b2: np.ndarray
-    cs: np.ndarray
-    sw: np.ndarray
-    c1: np.ndarray
-    c2: np.ndarray
-    bc: np.ndarray
-    g1: np.ndarray
-    fdet: np.ndarray
-    fstr: np.ndarray
+    ws: np.ndarray | None = None
+    b1: np.ndarray | None = None
+    b2: np.ndarray | None = None
+    cs: np.ndarray | None = None
+    sw: np.ndarray | None = None
+    c1: np.ndarray | None = None
+    c2: np.ndarray | None = None
+    bc: np.ndarray | None = None
+    g1: np.ndarray | None = None
+    fdet: np.ndarray | None = None
+    fstr: np.ndarray | None = None
 
-    def take(self, index) -> "Cuts":
-        """The cuts of the windows at ``index`` (an index array into these)."""
-        return Cuts(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+    def take(self, index, fields=("ws", "b1", "b2", "cs", "sw", "fdet", "fstr")) -> "Cuts":
+        """The cuts ``fields`` of the windows at ``index`` (an index array into these): by default
+        what :func:`receipt`, :func:`receipt_parts` and :func:`after_parts` read."""
+        return Cuts(**{f: None if getattr(self, f) is None else getattr(self, f)[index] for f in fields})
 
 
 def cut(ws, pd1, pe, a0, a1, s0, g0, g1, comm, wdet, wstr) -> Cuts:
@@ -57,6 +59,8 @@ def cut(ws, pd1, pe, a0, a1, s0, g0, g1, comm, wdet, wstr) -> Cuts:
     sw = np.minimum(np.maximum(s0, cs), c1)
     c2 = np.minimum(np.maximum(g0, c1), g1)
     bc = np.maximum(c2, g1 - comm)
+    if not (np.any(wdet) or np.any(wstr)):
+        return Cuts(ws, b1, b2, cs, sw, c1, c2, bc, g1)
     wait = s0 - a0
     safe = np.where(wait > 0, wait, 1.0)
     fdet = np.where(wait > 0, wdet / safe, 0.0)
@@ -72,11 +76,16 @@ def receipt(pR, c: Cuts):
 def step_parts(c: Cuts) -> dict:
     """Each category's length in the window that does not depend on the previous receipt (the
     scheduling's wait split by what held the process); ``compute`` is prefill or decode, by row."""
-    wait = np.maximum(c.sw - c.cs, 0.0)
-    parts = {"d2h": c.b1 - c.ws, "detokenize": (c.b2 - c.b1) + wait * c.fdet, "stream": wait * c.fstr,
-             "schedule": wait * (1.0 - c.fdet - c.fstr) + (c.c1 - c.sw), "queue": c.c2 - c.c1,
-             "compute": c.bc - c.c2, "comm": c.g1 - c.bc}
-    return {k: np.maximum(v, 0.0) for k, v in parts.items()}
+    parts = {"d2h": c.b1 - c.ws, "detokenize": c.b2 - c.b1, "stream": np.zeros_like(c.b1),
+             "schedule": c.c1 - c.cs, "queue": c.c2 - c.c1, "compute": c.bc - c.c2, "comm": c.g1 - c.bc}
+    if c.fdet is not None:  # the wait behind detokenization and streaming on the process
+        wait = np.maximum(c.sw - c.cs, 0.0)
+        parts["detokenize"] = parts["detokenize"] + wait * c.fdet
+        parts["stream"] = wait * c.fstr
+        parts["schedule"] = wait * (1.0 - c.fdet - c.fstr) + (c.c1 - c.sw)
+    for v in parts.values():
+        np.maximum(v, 0.0, out=v)
+    return parts
 
 
 def receipt_parts(b3, c: Cuts) -> tuple:
@@ -87,10 +96,12 @@ def receipt_parts(b3, c: Cuts) -> tuple:
 def after_parts(c: Cuts, b3, lower) -> tuple:
     """The last mile's parts (d2h, detokenize, stream) that lie after ``lower`` (the request's first
     receipt): the last mile of the inter-token time."""
+    parts = (np.maximum(c.b1 - np.maximum(c.ws, lower), 0.0), np.maximum(c.b2 - np.maximum(c.b1, lower), 0.0),
+             np.maximum(b3 - np.maximum(c.b2, lower), 0.0))
+    if c.fdet is None:
+        return parts
     wait = np.maximum(c.sw - np.maximum(c.cs, lower), 0.0)
-    return (np.maximum(c.b1 - np.maximum(c.ws, lower), 0.0),
-            np.maximum(c.b2 - np.maximum(c.b1, lower), 0.0) + wait * c.fdet,
-            np.maximum(b3 - np.maximum(c.b2, lower), 0.0) + wait * c.fstr)
+    return parts[0], parts[1] + wait * c.fdet, parts[2] + wait * c.fstr
 
 
 def tail_parts(g1, d1, e, R, lower) -> list:
