@@ -211,24 +211,25 @@ def _engine_env(python: str) -> dict:
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), or None when it is gone."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return text[text.rindex(")") + 2:].split()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), or None when it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return int(text[text.rindex(")") + 2:].split()[1])
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def descendants(root: int) -> list[int]:
