@@ -122,4 +122,6 @@ def wait_activity(proc, a0: float, s0: float) -> tuple[float, float]:
                 det += seconds
             elif activity == "stream":
                 stream += seconds
+        # invariant WAIT_WITHIN: what a wait is split into lies within the wait (cut's shares sum to <= 1)
+        assert det + stream <= (s0 - a0) * (1 + 1e-9) + 1e-15, (det, stream, s0 - a0)
     return det, stream

@@ -66,6 +66,7 @@ def format_llm(result) -> str:
     lines += [
         f"  last mile (d2h+detokenize+stream): {_pct(s['last_mile_share'])} of E2E, "
         f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
+        *_last_mile_cost(s.get("last_mile_cost")),
         "",
         "  utilization: " + ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in s["utilization"].items()),
         *_engine_time(s),
@@ -94,6 +95,19 @@ def format_llm(result) -> str:
                      f"{_n((sp.get('itl_per_chunk_ms') or {}).get('mean'), '.2f')} ms mean")
     lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
+
+
+def _last_mile_cost(cost) -> list[str]:
+    """What the counterfactual with the last mile free saves (a line, when the run has one)."""
+    if not cost:
+        return []
+
+    def saved(metric, stat):
+        return _n(cost[metric][stat], '.2f')
+
+    return [f"  last mile made free (same run, same seed): TTFT {saved('ttft_ms', 'p50')} ms less at p50, ITL "
+            f"{saved('itl_ms', 'mean')} ms and E2E {saved('e2e_ms', 'mean')} ms less on average "
+            f"({_pct(cost['e2e_share'])} of E2E), throughput {_n(cost['throughput_gain'], '+.1f', 100)}%"]
 
 
 def _stage_lines(stages) -> list[str]:
