@@ -10,7 +10,8 @@ HELP = "run the cross product of --grid values over a scenario (parallel on loca
 
 #: Columns printed to the terminal when present (the CSV has every metric).
 HEADLINE = ("ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99", "throughput.output_tokens_per_s",
-            "itl_last_mile_share", "last_mile_share", "latency_s.p50", "bubble_fraction", "memory_per_gpu_gib")
+            "itl_last_mile_share", "last_mile_share", "last_mile_cost.itl_share", "last_mile_cost.throughput_gain",
+            "latency_s.p50", "bubble_fraction", "memory_per_gpu_gib")
 
 
 def add_arguments(p) -> None:

@@ -408,7 +408,7 @@ class Engine:
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
-        if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc or self.sv.free_last_mile:
+        if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc:
             return at
         return book(proc, at, self.sink.message_cost(emit), "send outputs")
 
