@@ -57,3 +57,13 @@ def test_log_axes_label_enough_values_but_never_crowd():
     assert len(narrow) >= 3 and np.isclose(narrow, 0.8).any() and np.isclose(narrow, 2).any()
     wide = labels(0.03, 200)  # inter-token gaps over four decades: powers of ten only
     assert np.allclose(wide, [0.1, 1, 10, 100])
+
+
+def test_the_headline_says_why_attribution_and_counterfactual_disagree():
+    """Apart by more than 5 points, the sentence names the reason the figures show; close, it says nothing."""
+    from simulator.report.suite import _disagreement
+
+    row = {"itl_last_mile_share": 0.81, "last_mile_cost.itl_share": -0.07, "last_mile_cost.throughput_gain": 0.59}
+    assert "larger batches" in _disagreement(row) and "-7.0% of ITL saved" in _disagreement(row)
+    assert _disagreement({**row, "last_mile_cost.itl_share": 0.79}) == ""
+    assert "changes what else waits" in _disagreement({**row, "last_mile_cost.throughput_gain": 0.0})
