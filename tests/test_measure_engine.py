@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from simulator.calibrate.measure_engine import CSV_COLUMNS, STUB_DIR, num_prompts_for, plan
+from simulator.calibrate.measure_engine import (CSV_COLUMNS, SGLANG_CSV_COLUMNS, STUB_DIR, classify_sglang,
+                                                num_prompts_for, plan)
 from simulator.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV_PATH = ROOT / "scenarios" / "validation" / "reference" / "host_path_vllm.csv"
+SGLANG_CSV_PATH = ROOT / "scenarios" / "validation" / "reference" / "host_path_sglang.csv"
 
 
 def test_a_python_without_vllm_is_one_line_and_exit_2(capsys):
@@ -33,10 +35,28 @@ def test_a_missing_python_is_one_line_and_exit_2(capsys, tmp_path):
     assert code == 2 and err.count("\n") == 1 and "does not exist" in err
 
 
-def test_sglang_says_it_is_not_supported_in_one_line(capsys):
-    assert main(["measure-engine", "sglang"]) == 2
+def test_a_python_without_sglang_is_one_line_and_exit_2(capsys):
+    code = main(["measure-engine", "sglang", "--python", sys.executable, "--out", "unused.csv"])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sglang" in err and "not supported" in err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("lastmile: error: measure-engine sglang: ")
+    assert "cannot import sglang" in err and "--python" in err
+    assert not Path("unused.csv").exists()
+
+
+def test_the_sglang_table_adds_only_the_detokenizer_column():
+    assert [c for c in SGLANG_CSV_COLUMNS if c != "cpu_s_detokenizer"] == CSV_COLUMNS
+    assert len(SGLANG_CSV_COLUMNS) == len(CSV_COLUMNS) + 1
+
+
+def test_sglang_roles_come_from_the_process_titles(monkeypatch):
+    import simulator.calibrate.measure_engine as me
+
+    titles = {10: "python -m sglang.launch_server --model-path m", 11: "sglang::scheduler",
+              12: "sglang::detokenizer", 13: "python -B -c from multiprocessing.resource_tracker import main"}
+    monkeypatch.setattr(me, "descendants", lambda root: list(titles))
+    monkeypatch.setattr(me, "_cmdline", titles.get)
+    assert classify_sglang(10) == {10: "api", 11: "engine_core", 12: "detokenizer", 13: "other"}
 
 
 def test_the_plan_puts_the_base_sweep_first():
@@ -49,9 +69,10 @@ def test_the_plan_puts_the_base_sweep_first():
     assert num_prompts_for(1) == 100 and num_prompts_for(64) == 256 and num_prompts_for(2048) == 4096
 
 
-def test_the_stub_executor_imports_nothing_from_lastmile():
-    # it runs inside vLLM's environment, where lastmile is not installed
-    tree = ast.parse((STUB_DIR / "vllm_stub_executor.py").read_text())
+@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py"])
+def test_the_stubs_import_nothing_from_lastmile(stub):
+    # they run inside the engine's environment, where lastmile is not installed
+    tree = ast.parse((STUB_DIR / stub).read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(m.split(".")[0] == "simulator" for m in modules)
@@ -91,3 +112,32 @@ def test_the_measured_table_is_sane(rows):
     # one request at a time: TPOT sits near the stub's step (2 ms + 10 us), the host adding little
     assert 2.0 <= float(_base(rows, 1)["tpot_ms_mean"]) < 4.0
     assert float(_base(rows, 64)["batch_mean"]) > float(_base(rows, 1)["batch_mean"])
+
+
+@pytest.fixture(scope="module")
+def sglang_rows():
+    with open(SGLANG_CSV_PATH) as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == SGLANG_CSV_COLUMNS
+        return list(reader)
+
+
+def test_the_sglang_table_is_sane(sglang_rows):
+    rows = sglang_rows
+    assert rows and {r["engine"] for r in rows} == {"sglang"}
+    base = {int(r["concurrency"]): r for r in rows if r["stream_interval"] == "1" and r["async_scheduling"] == "True"}
+    assert {1, 16, 64} <= set(base)
+    positive = ("ttft_ms_mean", "tpot_ms_mean", "itl_ms_p99", "output_tokens_per_s", "cpu_s_api",
+                "cpu_s_engine_core", "cpu_s_detokenizer", "cpu_s_client", "duration_s", "steps", "step_ms_mean")
+    for r in rows:
+        assert all(float(r[k]) > 0 for k in positive), r
+        assert int(r["completed"]) == int(r["num_prompts"])
+        assert int(r["output_tokens"]) == int(r["num_prompts"]) * int(r["output_len"])
+        assert float(r["step_ms_mean"]) >= 1e3 * float(r["stub_a_s"])
+    assert float(base[1]["output_tokens_per_s"]) < float(base[16]["output_tokens_per_s"])
+    # one request at a time: TPOT sits near the stub's step (2 ms + 10 us)
+    assert 2.0 <= float(base[1]["tpot_ms_mean"]) < 5.0
+    # at stream interval 1 the 2-core host saturates from c = 64; streaming every 8th token lifts it
+    si8 = {int(r["concurrency"]): r for r in rows if r["stream_interval"] == "8" and r["async_scheduling"] == "True"}
+    for c in set(si8) & set(base) - {1, 16}:
+        assert float(si8[c]["output_tokens_per_s"]) > float(base[c]["output_tokens_per_s"])

@@ -11,8 +11,16 @@ client, reads its result JSON, and records each process's CPU seconds (``/proc/P
 utime + stime) over the benchmark's main run only (from the client's "Starting main benchmark
 run" line to its result banner), plus the stub's per-step log in the same window.
 
-Runs in lastmile's own environment with the standard library, numpy and pandas; vLLM runs in its own
-environment, named by ``python`` (several GB, never a dependency of lastmile).
+``lastmile measure-engine sglang`` does the same for SGLang: the real ``python -m
+sglang.launch_server`` (the HTTP server and TokenizerManager in the main process, the Scheduler and
+DetokenizerManager processes, ZeroMQ between them) on ``--device cpu`` with the same tiny model and
+``--load-format dummy``, with :mod:`engine_stubs.sglang_stub` (imported in every SGLang process by a
+generated ``sitecustomize.py``) replacing the model worker's forward with the same stub step; the
+client is ``vllm bench serve`` from vLLM's environment (``client_python``). Its table has one more
+column, ``cpu_s_detokenizer`` (:data:`SGLANG_CSV_COLUMNS`).
+
+Runs in lastmile's own environment with the standard library, numpy and pandas; vLLM (and SGLang)
+run in their own environments, named by ``python`` (several GB, never a dependency of lastmile).
 """
 
 from __future__ import annotations
@@ -44,6 +52,15 @@ STUB_BACKEND = "vllm_stub_executor.StubExecutor"
 INSTALL_HINT = ("install the engine into its own environment: python3 -m venv .venv-vllm && "
                 ".venv-vllm/bin/pip install -e '.[engine-vllm]' (several GB), then pass --python "
                 ".venv-vllm/bin/python")
+
+SGLANG_STUB_MODULE = "sglang_stub"
+SGLANG_INSTALL_HINT = ("install SGLang into its own environment: python3 -m venv /work/venv-sglang && "
+                       "/work/venv-sglang/bin/pip install 'sglang[srt]' (about 11 GB), then pass --python "
+                       "/work/venv-sglang/bin/python")
+SGLANG_CONCURRENCY = (1, 16, 64, 256, 1024)
+# SGLang's KV pool lives in CPU memory here (--device cpu); the default sizing would take most of the
+# machine's memory, so it is capped at the vLLM stub's reported capacity.
+SGLANG_MAX_TOTAL_TOKENS = 1 << 20
 
 CONCURRENCY = (1, 16, 64, 256, 1024, 2048)
 STREAM_INTERVAL = (1, 8)
@@ -77,6 +94,11 @@ CSV_COLUMNS = [
     "cpu_s_api", "cpu_s_engine_core", "cpu_s_client", "cpu_s_launcher", "cpu_s_other", "duration_s",
     "steps", "step_ms_mean", "batch_mean", "req_steps", "prefill_tokens", "gpu_busy_frac", "preempted",
 ]
+
+# SGLang's table: the same columns, with the DetokenizerManager process in a column of its own
+# (cpu_s_api: the main process, HTTP server + TokenizerManager; cpu_s_engine_core: the Scheduler).
+SGLANG_CSV_COLUMNS = CSV_COLUMNS[:CSV_COLUMNS.index("cpu_s_client")] + ["cpu_s_detokenizer"] + \
+    CSV_COLUMNS[CSV_COLUMNS.index("cpu_s_client"):]
 
 _BUILD_MODEL = r'''
 import json, os, random, sys
@@ -130,6 +152,21 @@ print(json.dumps(out))
 '''
 
 
+_VERSIONS_SGLANG = r'''
+import importlib.metadata as m, importlib.util as u, json, sys
+if u.find_spec("sglang") is None:
+    sys.exit(3)
+out = {}
+for name in ("sglang", "sglang-kernel", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi",
+             "uvloop", "orjson"):
+    try:
+        out[name] = m.version(name)
+    except m.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+'''
+
+
 @dataclass
 class Point:
     concurrency: int
@@ -169,17 +206,18 @@ def plan(concurrency=CONCURRENCY, stream_interval=STREAM_INTERVAL, api_servers=A
 
 def engine_versions(python: str, engine: str = "vllm") -> dict:
     """The versions in ``python``'s environment; a LastmileError (one line) when it lacks the engine."""
-    if engine != "vllm":
-        raise LastmileError(f"measure-engine {engine}: not supported here (only vllm)")
+    if engine not in ("vllm", "sglang"):
+        raise LastmileError(f"measure-engine {engine}: not supported here (only vllm and sglang)")
+    hint, script = (INSTALL_HINT, _VERSIONS) if engine == "vllm" else (SGLANG_INSTALL_HINT, _VERSIONS_SGLANG)
     exe = shutil.which(python) if os.sep not in python else python
     if not exe or not os.path.exists(exe):
-        raise LastmileError(f"measure-engine vllm: {python} does not exist; {INSTALL_HINT}")
+        raise LastmileError(f"measure-engine {engine}: {python} does not exist; {hint}")
     try:
-        proc = subprocess.run([exe, "-c", _VERSIONS], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([exe, "-c", script], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LastmileError(f"measure-engine vllm: cannot run {python}: {exc}") from None
+        raise LastmileError(f"measure-engine {engine}: cannot run {python}: {exc}") from None
     if proc.returncode != 0:
-        raise LastmileError(f"measure-engine vllm: {python} cannot import vllm; {INSTALL_HINT}")
+        raise LastmileError(f"measure-engine {engine}: {python} cannot import {engine}; {hint}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -489,18 +527,215 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
     return run
 
 
+# --- SGLang ---------------------------------------------------------------------------------------
+
+def classify_sglang(root: int) -> dict[int, str]:
+    """Each SGLang server process's role: ``api`` (the launch_server process: HTTP server and
+    TokenizerManager), ``engine_core`` (``sglang::scheduler``), ``detokenizer``
+    (``sglang::detokenizer``), ``other`` (the multiprocessing resource tracker)."""
+    roles = {}
+    for pid in descendants(root):
+        title = _cmdline(pid)
+        if "sglang::scheduler" in title:
+            roles[pid] = "engine_core"
+        elif "sglang::detokenizer" in title:
+            roles[pid] = "detokenizer"
+        elif pid == root:
+            roles[pid] = "api"
+        else:
+            roles[pid] = "other"
+    return roles
+
+
+def _sglang_server_cmd(python: str, model: Path, port: int, p: Point) -> list[str]:
+    cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model), "--served-model-name", "tiny",
+           "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--load-format", "dummy",
+           "--max-total-tokens", str(SGLANG_MAX_TOTAL_TOKENS), "--max-running-requests", str(MAX_NUM_SEQS),
+           "--chunked-prefill-size", str(MAX_NUM_BATCHED_TOKENS), "--context-length", str(MAX_MODEL_LEN),
+           "--stream-interval", str(p.stream_interval), "--random-seed", "0"]
+    if not p.async_scheduling:
+        cmd += ["--disable-overlap-schedule"]
+    return cmd
+
+
+def _sglang_site(work: Path) -> Path:
+    """A folder holding only a ``sitecustomize.py`` that imports the stub, put first on PYTHONPATH for
+    the SGLang server (so every SGLang process, the spawned scheduler and detokenizer included, is patched)."""
+    site = work / "sglang_site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"import {SGLANG_STUB_MODULE}  # lastmile measure-engine sglang\n")
+    return site
+
+
+def _log_has(path: Path, text: str) -> bool:
+    try:
+        with open(path, errors="replace") as f:
+            return text in f.read()
+    except OSError:
+        return False
+
+
+def run_point_sglang(python: str, client_python: str, model: Path, p: Point, n: int, work: Path,
+                     versions: dict, token_range, stub=(STUB_A, STUB_B, STUB_C),
+                     client_taskset: str | None = None, server_taskset: str | None = None) -> Run:
+    """As :func:`run_point`, for ``python -m sglang.launch_server`` with :mod:`engine_stubs.sglang_stub`;
+    the client is ``vllm bench serve`` from ``client_python``'s environment."""
+    run = Run(p)
+    tag = f"sglang_c{p.concurrency}_si{p.stream_interval}" + ("" if p.async_scheduling else "_nooverlap")
+    steplog = work / f"steps_{tag}.csv"
+    result = work / f"bench_{tag}.json"
+    for f in (steplog, result):
+        f.unlink(missing_ok=True)
+    env = _engine_env(python)
+    env.update({"PYTHONPATH": os.pathsep.join([str(_sglang_site(work)), str(STUB_DIR)]
+                                              + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
+                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
+                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    port = _free_port()
+    cmd = _sglang_server_cmd(python, model, port, p)
+    if server_taskset:
+        cmd = ["taskset", "-c", server_taskset] + cmd
+    log_path = work / f"server_{tag}.log"
+    server_log = open(log_path, "w")
+    server = subprocess.Popen(cmd, env=env, stdout=server_log, stderr=subprocess.STDOUT,
+                              start_new_session=True, cwd=work)
+    client = None
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # SGLang answers /health before its own warm-up request; it is ready at this log line
+        while not (_log_has(log_path, "The server is fired up and ready to roll") and _healthy(port)):
+            if server.poll() is not None:
+                raise RuntimeError(f"server exited with {server.returncode} before it was ready (see {log_path.name})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready after {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.5)
+        time.sleep(1.0)
+        roles = classify_sglang(server.pid)
+        ccmd = _client_cmd(client_python, model, port, p, n, result)
+        if client_taskset:
+            ccmd = ["taskset", "-c", client_taskset] + ccmd
+        client_out = open(work / f"client_{tag}.log", "w")
+        client = subprocess.Popen(ccmd, env=_engine_env(client_python), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=work)
+        marks: dict[str, tuple[float, dict]] = {}
+
+        def read():
+            for line in client.stdout:
+                client_out.write(line)
+                if "Starting main benchmark run" in line and "start" not in marks:
+                    marks["start"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+                elif "Serving Benchmark Result" in line and "end" not in marks:
+                    marks["end"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            client.wait(CLIENT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"client did not finish in {CLIENT_TIMEOUT_S:.0f} s") from None
+        reader.join(10)
+        client_out.close()
+        if client.returncode != 0 or "start" not in marks or "end" not in marks or not result.exists():
+            raise RuntimeError(f"client exited with {client.returncode} (see {client_out.name})")
+        time.sleep(1.5)  # the stub's log thread writes its rows every second
+        affinity = {role: _affinity(pid) for pid, role in roles.items()}
+        affinity["client"] = "?"
+    except Exception as exc:
+        run.error = str(exc)
+        _stop(server)
+        if client is not None and client.poll() is None:
+            _stop(client, 5)
+        server_log.close()
+        return run
+    _stop(server)
+    server_log.close()
+    (t0, c0), (t1, c1) = marks["start"], marks["end"]
+
+    def spent(pid):
+        a, b = c0.get(pid), c1.get(pid)
+        return (b - a) if a is not None and b is not None else 0.0
+
+    cpu = {"api": 0.0, "engine_core": 0.0, "detokenizer": 0.0, "other": 0.0}
+    for pid, role in roles.items():
+        cpu[role] += spent(pid)
+    with open(result) as f:
+        res = json.load(f)
+    itls = res.get("itls") or []
+    chunks = int(sum(len(x) + 1 for x in itls)) if itls else None
+    row = {
+        "engine": "sglang", "engine_version": versions.get("sglang"), "async_scheduling": p.async_scheduling,
+        "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": 1,
+        "num_prompts": n, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
+        "stub_a_s": stub[0], "stub_b_s": stub[1], "stub_c_s": stub[2],
+    }
+    for metric in ("ttft", "tpot", "itl"):
+        row[f"{metric}_ms_mean"] = res.get(f"mean_{metric}_ms")
+        row[f"{metric}_ms_p50"] = res.get(f"median_{metric}_ms", res.get(f"p50_{metric}_ms"))
+        row[f"{metric}_ms_p99"] = res.get(f"p99_{metric}_ms")
+    row["e2e_ms_mean"] = res.get("mean_e2el_ms")
+    row["output_tokens_per_s"] = res.get("output_throughput")
+    row["requests_per_s"] = res.get("request_throughput")
+    row["completed"] = res.get("completed")
+    row["output_tokens"] = res.get("total_output_tokens")
+    row["chunks"] = chunks
+    row["cpu_s_api"] = round(cpu["api"], 3)
+    row["cpu_s_engine_core"] = round(cpu["engine_core"], 3)
+    row["cpu_s_detokenizer"] = round(cpu["detokenizer"], 3)
+    row["cpu_s_client"] = round(spent(client.pid), 3)
+    row["cpu_s_launcher"] = 0.0
+    row["cpu_s_other"] = round(cpu["other"], 3)
+    row["duration_s"] = res.get("duration")
+    row.update(_step_stats(steplog, t0, t1))
+    for key in ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+                "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "output_tokens_per_s",
+                "requests_per_s", "duration_s"):
+        if isinstance(row.get(key), float):
+            row[key] = round(row[key], 4)
+    row["_affinity"] = affinity
+    run.row = row
+    return run
+
+
+SGLANG_WHAT_RAN = {
+    "real": ["python -m sglang.launch_server, main process: FastAPI/uvicorn HTTP server with the "
+             "OpenAI-compatible /v1/completions, SSE streaming, and the TokenizerManager (prompt "
+             "tokenization, request state, output handling)",
+             "the Scheduler process (sglang::scheduler): event loop with the overlap scheduler (SGLang's "
+             "default), schedule policy, chunked prefill, radix (prefix) cache, req-to-token pool and "
+             "KV-token allocator, batch result processing, stream-interval logic",
+             "the DetokenizerManager process (sglang::detokenizer): incremental detokenization",
+             "ZeroMQ between the three processes",
+             "vllm bench serve from vLLM's environment (random dataset, openai backend, streaming "
+             "completions over loopback)"],
+    "stubbed": ["TpModelWorker.forward_batch_generation: no ForwardBatch, model forward or sampling; a "
+                "stand-in GPU step of a + b*decode_requests + c*prefill_tokens seconds on a GPU-like "
+                "timeline, returning at once with deterministic next-token ids",
+                "Scheduler.process_batch_result: wrapped to first sleep until the batch's stub step has "
+                "ended (what copy_done.synchronize() waits for on a GPU), then runs as shipped",
+                "the model: the same tiny Llama config and locally trained BPE tokenizer as the vLLM run; "
+                "--device cpu --load-format dummy; SGLang builds it and its KV pools (CPU memory, capped "
+                "with --max-total-tokens) but the stub never runs them",
+                "sampled token ids: a fixed pattern over ordinary vocabulary ids (never EOS; the client "
+                "also passes --ignore-eos)"],
+    "changed": ["sglang.srt.layers.rotary_embedding.base._is_cpu set True, so building the unused tiny "
+                "model's rotary embedding does not import vLLM's CUDA kernel (vllm._custom_ops is not "
+                "installed in SGLang's environment)"],
+}
+
+
 # --- the sweep ----------------------------------------------------------------------------------
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, columns=CSV_COLUMNS) -> None:
     import csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k, "") for k in CSV_COLUMNS})
+            w.writerow({k: r.get(k, "") for k in columns})
     os.replace(tmp, path)
 
 
@@ -535,6 +770,10 @@ def fit_host_costs(rows: list[dict]) -> dict:
     col = lambda key: np.array([r[key] for r in rows], float)  # noqa: E731
     steps, req_steps, requests, chunks = col("steps"), col("req_steps"), col("completed"), col("chunks")
     messages = steps * col("api_servers")
+    extra = {}
+    if all("cpu_s_detokenizer" in r for r in rows):  # SGLang: the DetokenizerManager process
+        extra["detokenizer"] = _lstsq(np.c_[steps, requests, chunks], col("cpu_s_detokenizer"),
+                                      ["per_step_s", "per_request_s", "per_chunk_s"], rows)
     return {
         "engine_core": _lstsq(np.c_[steps, req_steps], col("cpu_s_engine_core"),
                               ["per_step_s", "per_request_step_s"], rows),
@@ -543,6 +782,7 @@ def fit_host_costs(rows: list[dict]) -> dict:
         "api_server": _lstsq(np.c_[messages, requests, chunks], col("cpu_s_api"),
                              ["per_message_s", "per_request_s", "per_chunk_s"], rows),
         "client": _lstsq(np.c_[requests, chunks], col("cpu_s_client"), ["per_request_s", "per_chunk_s"], rows),
+        **extra,
     }
 
 
@@ -603,17 +843,31 @@ WHAT_RAN = {
 def write_sidecar(meta: dict, path: Path) -> None:
     import yaml
 
-    doc = {"what": "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU",
+    sglang = meta.get("engine") == "sglang"
+    doc = {"what": ("host_path_sglang: the real SGLang serving stack with a stub GPU, measured on this CPU"
+                    if sglang else "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU"),
            "measured": {k: meta[k] for k in ("date", "cpu_model", "cpus", "kernel", "versions", "quick",
                                              "wall_s", "client_taskset", "server_taskset", "affinity")},
            "stub_step": {"formula": "a + b * decode_requests + c * prefill_tokens (seconds)",
                          "a_s": STUB_A, "b_s": STUB_B, "c_s": STUB_C},
-           "server_limits": {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
-                             "max_model_len": MAX_MODEL_LEN},
+           "server_limits": ({"max_running_requests": MAX_NUM_SEQS, "chunked_prefill_size": MAX_NUM_BATCHED_TOKENS,
+                              "context_length": MAX_MODEL_LEN, "max_total_tokens": SGLANG_MAX_TOTAL_TOKENS}
+                             if sglang else
+                             {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                              "max_model_len": MAX_MODEL_LEN}),
            "commands": {"server": meta["server_cmd_example"], "client": meta["client_cmd_example"]},
-           "components": WHAT_RAN, "cpu_window": "utime+stime from /proc/PID/stat, from the client's "
+           "components": SGLANG_WHAT_RAN if sglang else WHAT_RAN,
+           "cpu_window": "utime+stime from /proc/PID/stat, from the client's "
            "'Starting main benchmark run' line to its result banner (warm-up request and start-up excluded)",
            "failures": meta["failures"], "fits": meta["fits"]}
+    if sglang:
+        doc["columns"] = {"cpu_s_api": "the launch_server process (HTTP server + TokenizerManager)",
+                          "cpu_s_engine_core": "the Scheduler process (sglang::scheduler)",
+                          "cpu_s_detokenizer": "the DetokenizerManager process (sglang::detokenizer)",
+                          "cpu_s_other": "the multiprocessing resource tracker",
+                          "async_scheduling": "SGLang's overlap scheduler (False: --disable-overlap-schedule)",
+                          "api_servers": "always 1 (one TokenizerManager)", "preempted": "not tracked (0)"}
+        doc["client_versions"] = meta.get("client_versions")
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
         yaml.safe_dump(doc, f, sort_keys=False, width=110)
@@ -623,9 +877,20 @@ def write_sidecar(meta: dict, path: Path) -> None:
 def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurrency=CONCURRENCY,
                    stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
                    work_dir: str | None = None, client_taskset: str | None = None,
-                   server_taskset: str | None = None, progress=None) -> dict:
-    """Run the sweep, write the CSV at ``out`` and its sidecar (``.md``) next to it; the summary."""
+                   server_taskset: str | None = None, progress=None,
+                   client_python: str | None = None) -> dict:
+    """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
+
+    ``engine="sglang"``: ``python`` is SGLang's environment and ``client_python`` vLLM's (its
+    ``vllm bench serve`` is the client; default /work/venv-vllm/bin/python); one API server
+    (``api_servers`` is ignored)."""
     versions = engine_versions(python, engine)
+    sglang = engine == "sglang"
+    client_versions = None
+    if sglang:
+        client_python = client_python or "/work/venv-vllm/bin/python"
+        client_versions = engine_versions(client_python, "vllm")
+        api_servers = (1,)
     out = Path(out)
     if not out.parent.is_dir():
         raise LastmileError(f"{out}: folder {out.parent} does not exist")
@@ -643,18 +908,22 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     started = time.time()
     for i, p in enumerate(points, 1):
         n = num_prompts_for(p.concurrency, quick)
-        say(f"measure-engine: {i}/{len(points)} vllm {p.label} prompts={n} ...")
+        say(f"measure-engine: {i}/{len(points)} {engine} {p.label} prompts={n} ...")
         t = time.time()
-        run = run_point(python, model, p, n, work, versions, token_range, client_taskset=client_taskset,
-                        server_taskset=server_taskset)
+        if sglang:
+            run = run_point_sglang(python, client_python, model, p, n, work, versions, token_range,
+                                   client_taskset=client_taskset, server_taskset=server_taskset)
+        else:
+            run = run_point(python, model, p, n, work, versions, token_range, client_taskset=client_taskset,
+                            server_taskset=server_taskset)
         if run.error:
             failures.append({"point": p.label, "error": run.error})
-            say(f"measure-engine: {i}/{len(points)} vllm {p.label} FAILED: {run.error}")
+            say(f"measure-engine: {i}/{len(points)} {engine} {p.label} FAILED: {run.error}")
             continue
         r = run.row
         rows.append(r)
-        write_csv(rows, out)
-        say(f"measure-engine: {i}/{len(points)} vllm {p.label} ttft={r['ttft_ms_mean']:.1f}ms "
+        write_csv(rows, out, SGLANG_CSV_COLUMNS if sglang else CSV_COLUMNS)
+        say(f"measure-engine: {i}/{len(points)} {engine} {p.label} ttft={r['ttft_ms_mean']:.1f}ms "
             f"tpot={r['tpot_ms_mean']:.2f}ms itl_p99={r['itl_ms_p99']:.1f}ms "
             f"{r['output_tokens_per_s']:.0f} tok/s cpu api={r['cpu_s_api']:.1f}s "
             f"core={r['cpu_s_engine_core']:.1f}s client={r['cpu_s_client']:.1f}s ({time.time() - t:.0f} s)")
@@ -664,8 +933,10 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
         "python": python, "work_dir": str(work), "wall_s": round(time.time() - started, 1),
         "client_taskset": client_taskset, "server_taskset": server_taskset,
         "affinity": rows[0]["_affinity"] if rows else {},
-        "server_cmd_example": " ".join(_server_cmd(python, model, 8000, points[0])),
-        "client_cmd_example": " ".join(_client_cmd(python, model, 8000, points[0],
+        "client_versions": client_versions,
+        "server_cmd_example": " ".join((_sglang_server_cmd if sglang else _server_cmd)(python, model, 8000,
+                                                                                     points[0])),
+        "client_cmd_example": " ".join(_client_cmd(client_python if sglang else python, model, 8000, points[0],
                                                    num_prompts_for(points[0].concurrency, quick),
                                                    work / "bench.json")),
         "failures": failures, "fits": fit_host_costs(rows), "quick": quick,

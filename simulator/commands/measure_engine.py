@@ -1,12 +1,12 @@
-"""``lastmile measure-engine vllm``: the real vLLM serving stack with a stub GPU, as an oracle for
-host-path costs (TTFT, TPOT, ITL, throughput and each process's CPU seconds over a sweep)."""
+"""``lastmile measure-engine vllm|sglang``: the real vLLM or SGLang serving stack with a stub GPU, as an
+oracle for host-path costs (TTFT, TPOT, ITL, throughput and each process's CPU seconds over a sweep)."""
 
 from __future__ import annotations
 
 from ..errors import LastmileError
 
-HELP = ("run the real vLLM server and benchmark client on this machine with a stand-in GPU and record "
-        "latencies and per-process CPU seconds (vLLM in its own environment, see --python)")
+HELP = ("run the real vLLM or SGLang server and vLLM's benchmark client on this machine with a stand-in GPU "
+        "and record latencies and per-process CPU seconds (the engine in its own environment, see --python)")
 
 ENGINES = ("vllm", "sglang")
 
@@ -22,14 +22,21 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("engine", choices=ENGINES, help="the serving engine (vllm; sglang is not supported yet)")
-    p.add_argument("--python", default="/work/venv-vllm/bin/python",
-                   help="python of the environment that has the engine installed (default: %(default)s)")
-    p.add_argument("--out", default="host_path_vllm.csv",
-                   help="CSV to write, one row per point; its sidecar (.yaml) goes next to it (default: %(default)s)")
-    p.add_argument("--concurrency", default="1,16,64,256,1024,2048", help="client concurrencies (default: %(default)s)")
+    p.add_argument("engine", choices=ENGINES, help="the serving engine")
+    p.add_argument("--python", default=None,
+                   help="python of the environment that has the engine installed (default: "
+                        "/work/venv-vllm/bin/python for vllm, /work/venv-sglang/bin/python for sglang)")
+    p.add_argument("--client-python", default="/work/venv-vllm/bin/python",
+                   help="sglang only: python of the environment whose `vllm bench serve` is the client "
+                        "(default: %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="CSV to write, one row per point; its sidecar (.yaml) goes next to it "
+                        "(default: host_path_ENGINE.csv)")
+    p.add_argument("--concurrency", default=None,
+                   help="client concurrencies (default: 1,16,64,256,1024,2048 for vllm, 1,16,64,256,1024 for sglang)")
     p.add_argument("--stream-interval", default="1,8", help="server --stream-interval values (default: %(default)s)")
-    p.add_argument("--api-servers", default="1,2,4", help="server --api-server-count values (default: %(default)s)")
+    p.add_argument("--api-servers", default="1,2,4",
+                   help="vllm only: server --api-server-count values (default: %(default)s)")
     p.add_argument("--work-dir", default=None, help="keep the model folder, logs and raw results here (default: a temp dir)")
     p.add_argument("--client-taskset", default=None, help="pin the client to these CPUs (taskset -c LIST)")
     p.add_argument("--server-taskset", default=None, help="pin the server processes to these CPUs (taskset -c LIST)")
@@ -38,20 +45,24 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    if args.engine == "sglang":
-        raise LastmileError("measure-engine sglang: not supported yet; only vllm can be measured "
-                            "(lastmile measure-engine vllm)")
     from ..calibrate.measure_engine import engine_versions, measure_engine
 
-    concurrency = _ints(args.concurrency)
+    sglang = args.engine == "sglang"
+    python = args.python or ("/work/venv-sglang/bin/python" if sglang else "/work/venv-vllm/bin/python")
+    out = args.out or f"host_path_{args.engine}.csv"
+    concurrency = _ints(args.concurrency or ("1,16,64,256,1024" if sglang else "1,16,64,256,1024,2048"))
     stream_interval = _ints(args.stream_interval)
     api_servers = _ints(args.api_servers)
-    engine_versions(args.python, args.engine)  # a one-line error before anything starts
-    result = measure_engine(args.engine, args.python, args.out, concurrency=concurrency,
+    engine_versions(python, args.engine)  # a one-line error before anything starts
+    if sglang:
+        engine_versions(args.client_python, "vllm")  # the client
+    result = measure_engine(args.engine, python, out, concurrency=concurrency,
                             stream_interval=stream_interval, api_servers=api_servers, quick=args.quick,
                             work_dir=args.work_dir, client_taskset=args.client_taskset,
-                            server_taskset=args.server_taskset)
+                            server_taskset=args.server_taskset,
+                            client_python=args.client_python if sglang else None)
     meta = result["meta"]
-    print(f"wrote {result['out']}: {len(result['rows'])} points, vllm {meta['versions'].get('vllm')}"
+    print(f"wrote {result['out']}: {len(result['rows'])} points, {args.engine} "
+          f"{meta['versions'].get(args.engine)}"
           + (f", {len(meta['failures'])} failed" if meta["failures"] else ""))
     return 0 if result["rows"] else 1
