@@ -69,7 +69,7 @@ def test_the_plan_puts_the_base_sweep_first():
     assert num_prompts_for(1) == 100 and num_prompts_for(64) == 256 and num_prompts_for(2048) == 4096
 
 
-@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py"])
+@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "stub_step.py"])
 def test_the_stubs_import_nothing_from_lastmile(stub):
     # they run inside the engine's environment, where lastmile is not installed
     tree = ast.parse((STUB_DIR / stub).read_text())

@@ -410,45 +410,25 @@ def _step_stats(log: Path, t0: float, t1: float) -> dict:
             "preempted": int(d.preempted.sum())}
 
 
-def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: dict, token_range,
-              stub=(STUB_A, STUB_B, STUB_C), client_taskset: str | None = None,
-              server_taskset: str | None = None) -> Run:
-    """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
-    run = Run(p)
-    tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync")
-    steplog = work / f"steps_{tag}.csv"
-    result = work / f"bench_{tag}.json"
-    for f in (steplog, result):
-        f.unlink(missing_ok=True)
-    env = _engine_env(python)
-    env.update({"PYTHONPATH": str(STUB_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
-                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
-                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
-                "LASTMILE_STUB_ASYNC": "1" if p.async_scheduling else "0",
-                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
-    port = _free_port()
-    cmd = _server_cmd(python, model, port, p)
-    if server_taskset:
-        cmd = ["taskset", "-c", server_taskset] + cmd
-    server_log = open(work / f"server_{tag}.log", "w")
-    server = subprocess.Popen(cmd, env=env, stdout=server_log, stderr=subprocess.STDOUT,
-                              start_new_session=True, cwd=work)
+def _drive(run: Run, server: subprocess.Popen, server_log, ready, roles_of, ccmd: list[str], client_env: dict,
+           work: Path, tag: str, result: Path, settle: float = 0.0):
+    """Wait until the started ``server`` is ``ready()``, run the client ``ccmd`` against it, stop both.
+    Returns (roles, CPU seconds spent per pid over the client's main run, its window, affinities), or
+    None with ``run.error`` set."""
     client = None
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(port):
+        while not ready():
             if server.poll() is not None:
-                raise RuntimeError(f"server exited with {server.returncode} before /health (see {server_log.name})")
+                raise RuntimeError(f"server exited with {server.returncode} before it was ready "
+                                   f"(see {server_log.name})")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"server not healthy after {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"server not ready after {START_TIMEOUT_S:.0f} s")
             time.sleep(0.5)
-        time.sleep(1.0)  # let the API-server processes finish their own start
-        roles = classify(server.pid)
-        ccmd = _client_cmd(python, model, port, p, n, result)
-        if client_taskset:
-            ccmd = ["taskset", "-c", client_taskset] + ccmd
+        time.sleep(1.0)  # let the server's processes finish their own start
+        roles = roles_of(server.pid)
         client_out = open(work / f"client_{tag}.log", "w")
-        client = subprocess.Popen(ccmd, env=_engine_env(python), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        client = subprocess.Popen(ccmd, env=client_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, start_new_session=True, cwd=work)
         marks: dict[str, tuple[float, dict]] = {}
 
@@ -470,6 +450,7 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
         client_out.close()
         if client.returncode != 0 or "start" not in marks or "end" not in marks or not result.exists():
             raise RuntimeError(f"client exited with {client.returncode} (see {client_out.name})")
+        time.sleep(settle)
         affinity = {role: _affinity(pid) for pid, role in roles.items()}
         affinity["client"] = "?"
     except Exception as exc:
@@ -478,7 +459,7 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
         if client is not None and client.poll() is None:
             _stop(client, 5)
         server_log.close()
-        return run
+        return None
     _stop(server)
     server_log.close()
     (t0, c0), (t1, c1) = marks["start"], marks["end"]
@@ -487,43 +468,79 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
         a, b = c0.get(pid), c1.get(pid)
         return (b - a) if a is not None and b is not None else 0.0
 
-    cpu = {"api": 0.0, "engine_core": 0.0, "launcher": 0.0, "other": 0.0}
+    cpu = {}
     for pid, role in roles.items():
-        cpu[role] += spent(pid)
+        cpu[role] = cpu.get(role, 0.0) + spent(pid)
+    cpu["client"] = spent(client.pid)
+    return cpu, (t0, t1), affinity
+
+
+def _row(engine: str, versions: dict, p: Point, n: int, stub, api_servers: int, result: Path, cpu: dict,
+         window, steplog: Path, affinity: dict, cpu_columns) -> dict:
+    """A point's CSV row from the client's result file, the processes' CPU seconds and the stub's log."""
     with open(result) as f:
         res = json.load(f)
     itls = res.get("itls") or []
-    chunks = int(sum(len(x) + 1 for x in itls)) if itls else None
     row = {
-        "engine": "vllm", "engine_version": versions.get("vllm"), "async_scheduling": p.async_scheduling,
-        "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": p.api_servers,
+        "engine": engine, "engine_version": versions.get(engine), "async_scheduling": p.async_scheduling,
+        "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": api_servers,
         "num_prompts": n, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
         "stub_a_s": stub[0], "stub_b_s": stub[1], "stub_c_s": stub[2],
     }
-    for metric, key in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl")):
-        row[f"{metric}_ms_mean"] = res.get(f"mean_{key}_ms")
-        row[f"{metric}_ms_p50"] = res.get(f"median_{key}_ms", res.get(f"p50_{key}_ms"))
-        row[f"{metric}_ms_p99"] = res.get(f"p99_{key}_ms")
+    for metric in ("ttft", "tpot", "itl"):
+        row[f"{metric}_ms_mean"] = res.get(f"mean_{metric}_ms")
+        row[f"{metric}_ms_p50"] = res.get(f"median_{metric}_ms", res.get(f"p50_{metric}_ms"))
+        row[f"{metric}_ms_p99"] = res.get(f"p99_{metric}_ms")
     row["e2e_ms_mean"] = res.get("mean_e2el_ms")
     row["output_tokens_per_s"] = res.get("output_throughput")
     row["requests_per_s"] = res.get("request_throughput")
     row["completed"] = res.get("completed")
     row["output_tokens"] = res.get("total_output_tokens")
-    row["chunks"] = chunks
-    row["cpu_s_api"] = round(cpu["api"], 3)
-    row["cpu_s_engine_core"] = round(cpu["engine_core"], 3)
-    row["cpu_s_client"] = round(spent(client.pid), 3)
-    row["cpu_s_launcher"] = round(cpu["launcher"], 3)
-    row["cpu_s_other"] = round(cpu["other"], 3)
+    row["chunks"] = int(sum(len(x) + 1 for x in itls)) if itls else None
+    for role in cpu_columns:
+        row[f"cpu_s_{role}"] = round(cpu.get(role, 0.0), 3)
     row["duration_s"] = res.get("duration")
-    row.update(_step_stats(steplog, t0, t1))
+    row.update(_step_stats(steplog, *window))
     for key in ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
                 "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "output_tokens_per_s",
                 "requests_per_s", "duration_s"):
         if isinstance(row.get(key), float):
             row[key] = round(row[key], 4)
     row["_affinity"] = affinity
-    run.row = row
+    return row
+
+
+def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus] + cmd if cpus else cmd
+
+
+def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: dict, token_range,
+              stub=(STUB_A, STUB_B, STUB_C), client_taskset: str | None = None,
+              server_taskset: str | None = None) -> Run:
+    """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
+    run = Run(p)
+    tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync")
+    steplog = work / f"steps_{tag}.csv"
+    result = work / f"bench_{tag}.json"
+    for f in (steplog, result):
+        f.unlink(missing_ok=True)
+    env = _engine_env(python)
+    env.update({"PYTHONPATH": str(STUB_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
+                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
+                "LASTMILE_STUB_ASYNC": "1" if p.async_scheduling else "0",
+                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    port = _free_port()
+    server_log = open(work / f"server_{tag}.log", "w")
+    server = subprocess.Popen(_pinned(_server_cmd(python, model, port, p), server_taskset), env=env,
+                              stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+    ccmd = _pinned(_client_cmd(python, model, port, p, n, result), client_taskset)
+    got = _drive(run, server, server_log, lambda: _healthy(port), classify, ccmd, _engine_env(python), work, tag,
+                 result)
+    if got is not None:
+        cpu, window, affinity = got
+        run.row = _row("vllm", versions, p, n, stub, p.api_servers, result, cpu, window, steplog, affinity,
+                       ("api", "engine_core", "client", "launcher", "other"))
     return run
 
 
@@ -593,107 +610,22 @@ def run_point_sglang(python: str, client_python: str, model: Path, p: Point, n: 
                 "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
                 "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
     port = _free_port()
-    cmd = _sglang_server_cmd(python, model, port, p)
-    if server_taskset:
-        cmd = ["taskset", "-c", server_taskset] + cmd
     log_path = work / f"server_{tag}.log"
     server_log = open(log_path, "w")
-    server = subprocess.Popen(cmd, env=env, stdout=server_log, stderr=subprocess.STDOUT,
-                              start_new_session=True, cwd=work)
-    client = None
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        # SGLang answers /health before its own warm-up request; it is ready at this log line
-        while not (_log_has(log_path, "The server is fired up and ready to roll") and _healthy(port)):
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited with {server.returncode} before it was ready (see {log_path.name})")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not ready after {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.5)
-        time.sleep(1.0)
-        roles = classify_sglang(server.pid)
-        ccmd = _client_cmd(client_python, model, port, p, n, result)
-        if client_taskset:
-            ccmd = ["taskset", "-c", client_taskset] + ccmd
-        client_out = open(work / f"client_{tag}.log", "w")
-        client = subprocess.Popen(ccmd, env=_engine_env(client_python), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=work)
-        marks: dict[str, tuple[float, dict]] = {}
+    server = subprocess.Popen(_pinned(_sglang_server_cmd(python, model, port, p), server_taskset), env=env,
+                              stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+    ccmd = _pinned(_client_cmd(client_python, model, port, p, n, result), client_taskset)
 
-        def read():
-            for line in client.stdout:
-                client_out.write(line)
-                if "Starting main benchmark run" in line and "start" not in marks:
-                    marks["start"] = (time.time(), _snapshot(list(roles) + [client.pid]))
-                elif "Serving Benchmark Result" in line and "end" not in marks:
-                    marks["end"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+    def ready():  # SGLang answers /health before its own warm-up request; it is ready at this log line
+        return _log_has(log_path, "The server is fired up and ready to roll") and _healthy(port)
 
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        try:
-            client.wait(CLIENT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"client did not finish in {CLIENT_TIMEOUT_S:.0f} s") from None
-        reader.join(10)
-        client_out.close()
-        if client.returncode != 0 or "start" not in marks or "end" not in marks or not result.exists():
-            raise RuntimeError(f"client exited with {client.returncode} (see {client_out.name})")
-        time.sleep(1.5)  # the stub's log thread writes its rows every second
-        affinity = {role: _affinity(pid) for pid, role in roles.items()}
-        affinity["client"] = "?"
-    except Exception as exc:
-        run.error = str(exc)
-        _stop(server)
-        if client is not None and client.poll() is None:
-            _stop(client, 5)
-        server_log.close()
-        return run
-    _stop(server)
-    server_log.close()
-    (t0, c0), (t1, c1) = marks["start"], marks["end"]
-
-    def spent(pid):
-        a, b = c0.get(pid), c1.get(pid)
-        return (b - a) if a is not None and b is not None else 0.0
-
-    cpu = {"api": 0.0, "engine_core": 0.0, "detokenizer": 0.0, "other": 0.0}
-    for pid, role in roles.items():
-        cpu[role] += spent(pid)
-    with open(result) as f:
-        res = json.load(f)
-    itls = res.get("itls") or []
-    chunks = int(sum(len(x) + 1 for x in itls)) if itls else None
-    row = {
-        "engine": "sglang", "engine_version": versions.get("sglang"), "async_scheduling": p.async_scheduling,
-        "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": 1,
-        "num_prompts": n, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
-        "stub_a_s": stub[0], "stub_b_s": stub[1], "stub_c_s": stub[2],
-    }
-    for metric in ("ttft", "tpot", "itl"):
-        row[f"{metric}_ms_mean"] = res.get(f"mean_{metric}_ms")
-        row[f"{metric}_ms_p50"] = res.get(f"median_{metric}_ms", res.get(f"p50_{metric}_ms"))
-        row[f"{metric}_ms_p99"] = res.get(f"p99_{metric}_ms")
-    row["e2e_ms_mean"] = res.get("mean_e2el_ms")
-    row["output_tokens_per_s"] = res.get("output_throughput")
-    row["requests_per_s"] = res.get("request_throughput")
-    row["completed"] = res.get("completed")
-    row["output_tokens"] = res.get("total_output_tokens")
-    row["chunks"] = chunks
-    row["cpu_s_api"] = round(cpu["api"], 3)
-    row["cpu_s_engine_core"] = round(cpu["engine_core"], 3)
-    row["cpu_s_detokenizer"] = round(cpu["detokenizer"], 3)
-    row["cpu_s_client"] = round(spent(client.pid), 3)
-    row["cpu_s_launcher"] = 0.0
-    row["cpu_s_other"] = round(cpu["other"], 3)
-    row["duration_s"] = res.get("duration")
-    row.update(_step_stats(steplog, t0, t1))
-    for key in ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
-                "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "output_tokens_per_s",
-                "requests_per_s", "duration_s"):
-        if isinstance(row.get(key), float):
-            row[key] = round(row[key], 4)
-    row["_affinity"] = affinity
-    run.row = row
+    # settle: the stub's log thread writes its rows every second
+    got = _drive(run, server, server_log, ready, classify_sglang, ccmd, _engine_env(client_python), work, tag,
+                 result, settle=1.5)
+    if got is not None:
+        cpu, window, affinity = got
+        run.row = _row("sglang", versions, p, n, stub, 1, result, cpu, window, steplog, affinity,
+                       ("api", "engine_core", "detokenizer", "client", "launcher", "other"))
     return run
 
 

@@ -47,28 +47,10 @@ import threading
 import time
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return default if value in (None, "") else float(value)
+# one step function for both stubs (stub_step.py beside this file, on the engine processes' PYTHONPATH)
+from stub_step import (LOG_HEADER as _LOG_HEADER, LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI,  # noqa: F401
+                       TOKEN_LO, env_int, step_seconds)
 
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
-
-
-STEP_A = _env_float("LASTMILE_STUB_A", 0.002)
-STEP_B = _env_float("LASTMILE_STUB_B", 10e-6)
-STEP_C = _env_float("LASTMILE_STUB_C", 10e-6)
-TOKEN_LO = _env_int("LASTMILE_STUB_TOKEN_LO", 300)
-TOKEN_HI = _env_int("LASTMILE_STUB_TOKEN_HI", 4000)
-LOG_PATH = os.environ.get("LASTMILE_STUB_LOG") or None
-_LOG_HEADER = "launch,start,end,reqs,decode_reqs,prefill_tokens,sampled,new_reqs,preempted\n"
-
-
-def step_seconds(decode_requests: int, prefill_tokens: int) -> float:
-    """The stub's deterministic GPU time of one step."""
-    return STEP_A + STEP_B * decode_requests + STEP_C * prefill_tokens
 
 
 class _Timeline:

@@ -1,0 +1,31 @@
+"""What both engine stubs share: the stand-in GPU's step time and its settings, read from the
+environment ``lastmile measure-engine`` sets. Imported by absolute name from the stubs' folder (on
+the engine processes' PYTHONPATH); imports nothing from lastmile, which the engine's environment lacks."""
+
+from __future__ import annotations
+
+import os
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+STEP_A = env_float("LASTMILE_STUB_A", 0.002)
+STEP_B = env_float("LASTMILE_STUB_B", 10e-6)
+STEP_C = env_float("LASTMILE_STUB_C", 10e-6)
+TOKEN_LO = env_int("LASTMILE_STUB_TOKEN_LO", 300)
+TOKEN_HI = env_int("LASTMILE_STUB_TOKEN_HI", 4000)
+LOG_PATH = os.environ.get("LASTMILE_STUB_LOG") or None
+LOG_HEADER = "launch,start,end,reqs,decode_reqs,prefill_tokens,sampled,new_reqs,preempted\n"
+
+
+def step_seconds(decode_requests: int, prefill_tokens: int) -> float:
+    """The stub's deterministic GPU time of one step."""
+    return STEP_A + STEP_B * decode_requests + STEP_C * prefill_tokens
