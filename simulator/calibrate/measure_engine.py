@@ -514,22 +514,28 @@ def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] + cmd if cpus else cmd
 
 
+def _point_setup(python: str, work: Path, tag: str, stub, token_range, path: list[str]) -> tuple:
+    """A point's fresh step log and result file, and the server's environment: ``path`` first on its
+    PYTHONPATH, the stub's step function and id range in ``LASTMILE_STUB_*``."""
+    steplog, result = work / f"steps_{tag}.csv", work / f"bench_{tag}.json"
+    for f in (steplog, result):
+        f.unlink(missing_ok=True)
+    env = _engine_env(python)
+    env.update({"PYTHONPATH": os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
+                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
+                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    return steplog, result, env
+
+
 def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: dict, token_range,
               stub=(STUB_A, STUB_B, STUB_C), client_taskset: str | None = None,
               server_taskset: str | None = None) -> Run:
     """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
     run = Run(p)
     tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync")
-    steplog = work / f"steps_{tag}.csv"
-    result = work / f"bench_{tag}.json"
-    for f in (steplog, result):
-        f.unlink(missing_ok=True)
-    env = _engine_env(python)
-    env.update({"PYTHONPATH": str(STUB_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
-                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
-                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
-                "LASTMILE_STUB_ASYNC": "1" if p.async_scheduling else "0",
-                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(STUB_DIR)])
+    env["LASTMILE_STUB_ASYNC"] = "1" if p.async_scheduling else "0"
     port = _free_port()
     server_log = open(work / f"server_{tag}.log", "w")
     server = subprocess.Popen(_pinned(_server_cmd(python, model, port, p), server_taskset), env=env,
@@ -599,16 +605,7 @@ def run_point_sglang(python: str, client_python: str, model: Path, p: Point, n: 
     the client is ``vllm bench serve`` from ``client_python``'s environment."""
     run = Run(p)
     tag = f"sglang_c{p.concurrency}_si{p.stream_interval}" + ("" if p.async_scheduling else "_nooverlap")
-    steplog = work / f"steps_{tag}.csv"
-    result = work / f"bench_{tag}.json"
-    for f in (steplog, result):
-        f.unlink(missing_ok=True)
-    env = _engine_env(python)
-    env.update({"PYTHONPATH": os.pathsep.join([str(_sglang_site(work)), str(STUB_DIR)]
-                                              + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-                "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
-                "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
-                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+    steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(_sglang_site(work)), str(STUB_DIR)])
     port = _free_port()
     log_path = work / f"server_{tag}.log"
     server_log = open(log_path, "w")
