@@ -3,6 +3,7 @@ measured engine profile stay what the committed measurement says, with no engine
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from simulator.calibrate import host_path as hp
@@ -13,17 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SIDECAR = ROOT / "scenarios/validation/reference/host_path_vllm.yaml"
 
 
-def test_the_family_is_the_measurement():
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_family_is_the_measurement(engine):
     """Every measured point is a case, with its client-side means, and the base runs the stub's step."""
-    fam = next(f for f in discover() if f.name == "host_path_vllm")
-    points = hp.read_points(hp.reference_path())
-    assert len(fam.cases) == len(points) >= 12
+    fam = next(f for f in discover() if f.name == f"host_path_{engine}")
+    points = hp.read_points(hp.reference_path(engine))
+    assert len(fam.cases) == len(points) >= 9
     for case, p in zip(fam.cases, points):
         assert case.overrides["workload.concurrency"] == p["concurrency"]
         assert case.overrides["serving.api_servers"] == p["api_servers"]
         for metric, column in hp.METRICS.items():
             assert case.measured[metric] == float(f"{p[column]:.6g}")
-    side = yaml.safe_load(SIDECAR.read_text())
+    side = yaml.safe_load((ROOT / f"scenarios/validation/reference/host_path_{engine}.yaml").read_text())
     assert fam.base["hardware"]["step_time"] == {"fixed": side["stub_step"]["a_s"],
                                                  "per_decode": side["stub_step"]["b_s"],
                                                  "per_prefill_token": side["stub_step"]["c_s"]}
@@ -44,3 +46,10 @@ def test_the_measured_profile_is_the_fit_of_cpu_seconds(tmp_path):
     ours = load_scenario(None, {"serving.engine": "vllm-v1-measured"}).hardware.cpu
     assert mine.model_dump(exclude={"name", "source", "sources", "measured"}) == \
         ours.model_dump(exclude={"name", "source", "sources", "measured"})
+
+
+def test_the_sglang_family_runs_the_fit_of_cpu_seconds():
+    """host_path_sglang's costs are the SGLang sidecar's fits mapped onto the separate-detokenizer layout."""
+    side = yaml.safe_load((ROOT / "scenarios/validation/reference/host_path_sglang.yaml").read_text())
+    fam = next(f for f in discover() if f.name == "host_path_sglang")
+    assert fam.base["serving"]["engine"] == {"base": "sglang", "costs": hp.sglang_costs(side["fits"])}

@@ -55,6 +55,11 @@ TOLERANCE = {
     ("host_path_vllm", "ttft_ms"): (42, 71),
     ("host_path_vllm", "tpot_ms"): (11, 87),
     ("host_path_vllm", "output_tokens_per_s"): (17, 24),
+    # The real SGLang host stack (issue 23, measured here): its scheduler's CPU follows streamed chunks,
+    # not steps (notes)
+    ("host_path_sglang", "ttft_ms"): (36, 68),
+    ("host_path_sglang", "tpot_ms"): (33, 374),
+    ("host_path_sglang", "output_tokens_per_s"): (40, 59),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     ("last_mile_engines", "gpu_share"): (55, 55),

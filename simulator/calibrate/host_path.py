@@ -67,6 +67,27 @@ def profile_costs(fits: dict) -> dict:
             "ipc_bytes_per_request": 0}
 
 
+def sglang_costs(fits: dict) -> dict:
+    """CPUCosts over ``sglang`` (tokenizer manager, scheduler, separate detokenizer) from the fitted CPU
+    seconds: the scheduler's per-step and per-request-per-step costs as its scheduling; the
+    detokenizer's per-step and per-chunk costs as its detokenization; the tokenizer manager's
+    per-request cost (with the detokenizer's) as the request overhead and its per-chunk cost as the
+    SSE chunk. The tokenizer manager's per-message cost has no term of its own in this layout (its
+    messages cost nothing apart, as for vLLM), so it is left out (notes of host_path_sglang)."""
+    eng, det, api = (fits[k]["coefficients"] for k in ("engine_core", "detokenizer", "api_server"))
+
+    def us(seconds: float) -> str:
+        return f"{max(seconds, 0.0) * 1e6:.4g} us"
+
+    return {"schedule_per_step": us(eng["per_step_s"]), "schedule_per_request": us(eng["per_request_step_s"]),
+            "prepare_per_step": "0 us", "prepare_per_request": "0 us",
+            "request_overhead": us(api["per_request_s"] + det.get("per_request_s", 0.0)),
+            "tokenize_per_token": "0 us", "detokenize_step_fixed": us(det["per_step_s"]),
+            "detokenize_per_token": us(det["per_chunk_s"]), "output_per_request": "0 us",
+            "stream_per_chunk": us(api["per_chunk_s"]), "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
+            "ipc_bytes_per_request": 0}
+
+
 def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:
     """The measured engine profile (``serving.engine: PATH``) from a measurement's sidecar."""
     m = sidecar["measured"]
@@ -87,8 +108,10 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
             "hardware": {"gpu": "h100-sxm", "cpu_cores": int(sidecar["measured"]["cpus"]),
                          "step_time": {"fixed": stub["a_s"], "per_decode": stub["b_s"],
                                        "per_prefill_token": stub["c_s"]}},
-            "serving": {"engine": profile, "max_batch": int(limits["max_num_seqs"]),
-                        "max_batched_tokens": int(limits["max_num_batched_tokens"])},
+            "serving": {"engine": profile,  # each engine's names for its limits: vLLM's, then SGLang's
+                        "max_batch": int(limits.get("max_num_seqs", limits.get("max_running_requests"))),
+                        "max_batched_tokens": int(limits.get("max_num_batched_tokens",
+                                                             limits.get("chunked_prefill_size")))},
             "workload": {"arrival": "closed", "concurrency": 1, "requests": 100}}
     cases = []
     for r in points:

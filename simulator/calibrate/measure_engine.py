@@ -54,9 +54,9 @@ INSTALL_HINT = ("install the engine into its own environment: python3 -m venv .v
                 ".venv-vllm/bin/python")
 
 SGLANG_STUB_MODULE = "sglang_stub"
-SGLANG_INSTALL_HINT = ("install SGLang into its own environment: python3 -m venv /work/venv-sglang && "
-                       "/work/venv-sglang/bin/pip install 'sglang[srt]' (about 11 GB), then pass --python "
-                       "/work/venv-sglang/bin/python")
+SGLANG_INSTALL_HINT = ("install SGLang into its own environment: python3 -m venv .venv-sglang && "
+                       ".venv-sglang/bin/pip install -e '.[engine-sglang]' (about 11 GB), then pass --python "
+                       ".venv-sglang/bin/python")
 SGLANG_CONCURRENCY = (1, 16, 64, 256, 1024)
 # SGLang's KV pool lives in CPU memory here (--device cpu); the default sizing would take most of the
 # machine's memory, so it is capped at the vLLM stub's reported capacity.
@@ -811,13 +811,13 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
 
     ``engine="sglang"``: ``python`` is SGLang's environment and ``client_python`` vLLM's (its
-    ``vllm bench serve`` is the client; default /work/venv-vllm/bin/python); one API server
+    ``vllm bench serve`` is the client; default .venv-vllm/bin/python); one API server
     (``api_servers`` is ignored)."""
     versions = engine_versions(python, engine)
     sglang = engine == "sglang"
     client_versions = None
     if sglang:
-        client_python = client_python or "/work/venv-vllm/bin/python"
+        client_python = client_python or ".venv-vllm/bin/python"
         client_versions = engine_versions(client_python, "vllm")
         api_servers = (1,)
     out = Path(out)

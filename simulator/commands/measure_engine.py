@@ -25,8 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("engine", choices=ENGINES, help="the serving engine")
     p.add_argument("--python", default=None,
                    help="python of the environment that has the engine installed (default: "
-                        "/work/venv-vllm/bin/python for vllm, /work/venv-sglang/bin/python for sglang)")
-    p.add_argument("--client-python", default="/work/venv-vllm/bin/python",
+                        ".venv-vllm/bin/python for vllm, .venv-sglang/bin/python for sglang)")
+    p.add_argument("--client-python", default=".venv-vllm/bin/python",
                    help="sglang only: python of the environment whose `vllm bench serve` is the client "
                         "(default: %(default)s)")
     p.add_argument("--out", default=None,
@@ -48,7 +48,7 @@ def main(args) -> int:
     from ..calibrate.measure_engine import engine_versions, measure_engine
 
     sglang = args.engine == "sglang"
-    python = args.python or ("/work/venv-sglang/bin/python" if sglang else "/work/venv-vllm/bin/python")
+    python = args.python or (".venv-sglang/bin/python" if sglang else ".venv-vllm/bin/python")
     out = args.out or f"host_path_{args.engine}.csv"
     concurrency = _ints(args.concurrency or ("1,16,64,256,1024" if sglang else "1,16,64,256,1024,2048"))
     stream_interval = _ints(args.stream_interval)
