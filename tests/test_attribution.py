@@ -3,7 +3,6 @@ critical path, and the counterfactual run with the last mile free."""
 
 import numpy as np
 import pytest
-import simpy
 
 import simulator
 from simulator.hardware.cpu import CorePool, CPUProcess
@@ -14,7 +13,6 @@ BITES = "scenarios/llm/last_mile_bites.yaml"
 
 def test_a_wait_on_a_process_is_split_by_what_ran_there():
     """A task submitted behind detokenization and streaming on its process waited on exactly those."""
-    env = simpy.Environment()
     proc = CPUProcess("engine0", CorePool(4))
     proc.submit(0.0, 2e-3, "detokenize")
     proc.submit(0.0, 3e-3, "stream")
@@ -24,7 +22,6 @@ def test_a_wait_on_a_process_is_split_by_what_ran_there():
     det, stream = attribution.wait_activity(proc, 1e-3, start)
     assert (det, stream) == (pytest.approx(1e-3), pytest.approx(3e-3))  # tokenization counts as scheduling
     assert attribution.wait_activity(proc, start, start) == (0.0, 0.0)
-    del env
 
 
 def test_a_window_sums_to_its_length():
