@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from simulator.calibrate import host_path as hp
+from simulator.calibrate.measure_engine import read_csv
 from simulator.config import catalog
 from simulator.validate import discover
 
@@ -18,7 +19,7 @@ SIDECAR = ROOT / "scenarios/validation/reference/host_path_vllm.yaml"
 def test_the_family_is_the_measurement(engine):
     """Every measured point is a case, with its client-side means, and the base runs the stub's step."""
     fam = next(f for f in discover() if f.name == f"host_path_{engine}")
-    points = hp.read_points(hp.reference_path(engine))
+    points = read_csv(hp.reference_path(engine))
     assert len(fam.cases) == len(points) >= 9
     for case, p in zip(fam.cases, points):
         assert case.overrides["workload.concurrency"] == p["concurrency"]

@@ -79,12 +79,17 @@ def test_the_stubs_import_nothing_from_lastmile(stub):
     assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
 
 
+def _table(path, columns) -> list[dict]:
+    """A committed measurement's rows as text, its header checked against the columns it must have."""
+    with open(path) as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == columns
+        return list(reader)
+
+
 @pytest.fixture(scope="module")
 def rows():
-    with open(CSV_PATH) as f:
-        reader = csv.DictReader(f)
-        assert reader.fieldnames == CSV_COLUMNS
-        return list(reader)
+    return _table(CSV_PATH, CSV_COLUMNS)
 
 
 def _base(rows, c):
@@ -116,10 +121,7 @@ def test_the_measured_table_is_sane(rows):
 
 @pytest.fixture(scope="module")
 def sglang_rows():
-    with open(SGLANG_CSV_PATH) as f:
-        reader = csv.DictReader(f)
-        assert reader.fieldnames == SGLANG_CSV_COLUMNS
-        return list(reader)
+    return _table(SGLANG_CSV_PATH, SGLANG_CSV_COLUMNS)
 
 
 def test_the_sglang_table_is_sane(sglang_rows):

@@ -2,21 +2,19 @@
 host costs are fitted from the real engine's per-process CPU seconds, and the validation family
 whose reference is the measured client-side latencies.
 
-The costs come from CPU seconds only (the engine core's per step, per scheduled request per step
-and per request; the API server's per request, per SSE chunk and per output token, fitted by
-``measure_engine.fit_host_costs``); no latency or throughput of the sweep is used, so the family's
+The costs come from CPU seconds only (the engine core's per step and per scheduled request per step;
+the API server's per output message, per request and per SSE chunk; SGLang's detokenizer too, fitted
+by ``measure_engine.fit_host_costs``); the measured rows are read with ``measure_engine.read_csv``; no latency or throughput of the sweep is used, so the family's
 TTFT, TPOT and throughput are a check of the simulated layout, not an echo of the fit.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
-import yaml
-
 from ..project import scenarios_dir
+from .measure_engine import Point, write_yaml
 
 REFERENCE = "validation/reference/host_path_{engine}.csv"
 """The measured points (``scenarios/`` relative): one row per concurrency x stream interval x API servers."""
@@ -30,20 +28,14 @@ STUB_MODEL = {"base": "llama-3-8b", "name": "tiny-llama-stub", "layers": 2, "hid
 since the GPU step is the stub's function."""
 
 
-def read_points(path: str | os.PathLike) -> list[dict]:
-    """The measured rows, numbers as numbers."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = []
-    for r in rows:
-        row = {}
-        for k, v in r.items():
-            try:
-                row[k] = float(v) if any(c in v for c in ".e") else int(v)
-            except ValueError:
-                row[k] = {"True": True, "False": False}.get(v, v)
-        out.append(row)
-    return out
+def _us(seconds: float) -> str:
+    return f"{max(seconds, 0.0) * 1e6:.4g} us"
+
+
+_APART = {"prepare_per_step": "0 us", "prepare_per_request": "0 us", "tokenize_per_token": "0 us",
+          "output_per_request": "0 us", "ipc_per_message": "0 us", "ipc_per_byte": "0 ns", "ipc_bytes_per_request": 0}
+"""Terms no fit sets apart: input preparation, tokenization, output objects and messages are inside
+the fitted per-step, per-request and per-chunk costs of the process that ran them."""
 
 
 def profile_costs(fits: dict) -> dict:
@@ -54,17 +46,10 @@ def profile_costs(fits: dict) -> dict:
     per-request cost as its request overhead (tokenization inside it). Messages between the
     processes cost nothing apart: their serialization is inside the fitted costs at both ends."""
     eng, api = fits["engine_core"]["coefficients"], fits["api_server"]["coefficients"]
-
-    def us(seconds: float) -> str:
-        return f"{max(seconds, 0.0) * 1e6:.4g} us"
-
-    return {"schedule_per_step": us(eng["per_step_s"]), "schedule_per_request": us(eng["per_request_step_s"]),
-            "prepare_per_step": "0 us", "prepare_per_request": "0 us",
-            "request_overhead": us(api["per_request_s"] + eng.get("per_request_s", 0.0)),
-            "tokenize_per_token": "0 us", "detokenize_per_token": us(api.get("per_token_s", 0.0)),
-            "detokenize_step_fixed": us(api.get("per_message_s", 0.0)), "output_per_request": "0 us",
-            "stream_per_chunk": us(api["per_chunk_s"]), "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
-            "ipc_bytes_per_request": 0}
+    return {**_APART, "schedule_per_step": _us(eng["per_step_s"]),
+            "schedule_per_request": _us(eng["per_request_step_s"]), "request_overhead": _us(api["per_request_s"]),
+            "detokenize_per_token": _us(api.get("per_token_s", 0.0)),
+            "detokenize_step_fixed": _us(api.get("per_message_s", 0.0)), "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
 def sglang_costs(fits: dict) -> dict:
@@ -75,17 +60,11 @@ def sglang_costs(fits: dict) -> dict:
     SSE chunk. The tokenizer manager's per-message cost has no term of its own in this layout (its
     messages cost nothing apart, as for vLLM), so it is left out (notes of host_path_sglang)."""
     eng, det, api = (fits[k]["coefficients"] for k in ("engine_core", "detokenizer", "api_server"))
-
-    def us(seconds: float) -> str:
-        return f"{max(seconds, 0.0) * 1e6:.4g} us"
-
-    return {"schedule_per_step": us(eng["per_step_s"]), "schedule_per_request": us(eng["per_request_step_s"]),
-            "prepare_per_step": "0 us", "prepare_per_request": "0 us",
-            "request_overhead": us(api["per_request_s"] + det.get("per_request_s", 0.0)),
-            "tokenize_per_token": "0 us", "detokenize_step_fixed": us(det["per_step_s"]),
-            "detokenize_per_token": us(det["per_chunk_s"]), "output_per_request": "0 us",
-            "stream_per_chunk": us(api["per_chunk_s"]), "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
-            "ipc_bytes_per_request": 0}
+    return {**_APART, "schedule_per_step": _us(eng["per_step_s"]),
+            "schedule_per_request": _us(eng["per_request_step_s"]),
+            "request_overhead": _us(api["per_request_s"] + det.get("per_request_s", 0.0)),
+            "detokenize_step_fixed": _us(det["per_step_s"]), "detokenize_per_token": _us(det["per_chunk_s"]),
+            "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
 def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:
@@ -96,7 +75,7 @@ def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict
                                   "stub GPU; costs fitted from per-process CPU seconds (simulator.calibrate.host_path)",
                         "date": m["date"], "cpu_model": m["cpu_model"], "cpus": m["cpus"],
                         "versions": m["versions"], "fits": sidecar["fits"]}}
-    _write_yaml(doc, path)
+    write_yaml(doc, path)
     return doc
 
 
@@ -120,8 +99,7 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
                    "workload.prompt_tokens": prompt, "workload.output_tokens": int(r["output_len"]),
                    "serving.stream_interval": int(r["stream_interval"]), "serving.api_servers": int(r["api_servers"]),
                    "serving.overlap": "async" if r.get("async_scheduling", True) else "sync"}
-        label = (f"c={r['concurrency']} si={r['stream_interval']} api={r['api_servers']}"
-                 + ("" if r.get("async_scheduling", True) else " no-async"))
+        label = Point(r["concurrency"], r["stream_interval"], r["api_servers"], r.get("async_scheduling", True)).label
         cases.append({"case": label, "set": setting,
                       "measured": {m: float(f"{r[col]:.6g}") for m, col in METRICS.items()}})
     m = sidecar["measured"]
@@ -130,14 +108,6 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
             "source": f"scenarios/{REFERENCE.format(engine=engine)} (lastmile measure-engine {engine}, "
                       f"{engine} {m['versions'].get(engine)}, {m['cpu_model']}, {m['date']})",
             "metric": "output_tokens_per_s", "notes": "", "base": base, "cases": cases}
-
-
-def _write_yaml(doc: dict, path) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        yaml.safe_dump(doc, f, sort_keys=False, width=110)
-    os.replace(tmp, path)
 
 
 def reference_path(engine: str = "vllm") -> Path:

@@ -138,12 +138,14 @@ print(json.dumps({"vocab_size": V, "special_ids": [tok.token_to_id(s) for s in s
                   "first_merged_id": 3 + 256}))
 '''
 
+# run by the engine's python: exit 3 without the engine, else the versions of the packages named (JSON)
 _VERSIONS = r'''
 import importlib.metadata as m, importlib.util as u, json, sys
-if u.find_spec("vllm") is None:
+engine, names = sys.argv[1], sys.argv[2:]
+if u.find_spec(engine) is None:
     sys.exit(3)
 out = {}
-for name in ("vllm", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi", "msgspec"):
+for name in names:
     try:
         out[name] = m.version(name)
     except m.PackageNotFoundError:
@@ -151,20 +153,12 @@ for name in ("vllm", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", 
 print(json.dumps(out))
 '''
 
-
-_VERSIONS_SGLANG = r'''
-import importlib.metadata as m, importlib.util as u, json, sys
-if u.find_spec("sglang") is None:
-    sys.exit(3)
-out = {}
-for name in ("sglang", "sglang-kernel", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi",
-             "uvloop", "orjson"):
-    try:
-        out[name] = m.version(name)
-    except m.PackageNotFoundError:
-        out[name] = None
-print(json.dumps(out))
-'''
+# each engine's install hint and the packages whose versions a measurement records
+ENGINE_PACKAGES = {
+    "vllm": (INSTALL_HINT, ("vllm", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi", "msgspec")),
+    "sglang": (SGLANG_INSTALL_HINT, ("sglang", "sglang-kernel", "torch", "transformers", "tokenizers", "pyzmq",
+                                     "uvicorn", "fastapi", "uvloop", "orjson")),
+}
 
 
 @dataclass
@@ -206,14 +200,14 @@ def plan(concurrency=CONCURRENCY, stream_interval=STREAM_INTERVAL, api_servers=A
 
 def engine_versions(python: str, engine: str = "vllm") -> dict:
     """The versions in ``python``'s environment; a LastmileError (one line) when it lacks the engine."""
-    if engine not in ("vllm", "sglang"):
+    if engine not in ENGINE_PACKAGES:
         raise LastmileError(f"measure-engine {engine}: not supported here (only vllm and sglang)")
-    hint, script = (INSTALL_HINT, _VERSIONS) if engine == "vllm" else (SGLANG_INSTALL_HINT, _VERSIONS_SGLANG)
+    hint, packages = ENGINE_PACKAGES[engine]
     exe = shutil.which(python) if os.sep not in python else python
     if not exe or not os.path.exists(exe):
         raise LastmileError(f"measure-engine {engine}: {python} does not exist; {hint}")
     try:
-        proc = subprocess.run([exe, "-c", script], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([exe, "-c", _VERSIONS, engine, *packages], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LastmileError(f"measure-engine {engine}: cannot run {python}: {exc}") from None
     if proc.returncode != 0:
@@ -221,13 +215,13 @@ def engine_versions(python: str, engine: str = "vllm") -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def build_model(python: str, folder: Path, vocab: int = VOCAB) -> dict:
+def build_model(python: str, folder: Path, vocab: int = VOCAB, engine: str = "vllm") -> dict:
     """A tiny Llama folder (config.json, tokenizer trained here, tokenizer_config.json) made by ``python``."""
     proc = subprocess.run([python, "-c", _BUILD_MODEL, str(folder), str(vocab)], capture_output=True,
                           text=True, timeout=300)
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-1:])
-        raise LastmileError(f"measure-engine vllm: building the tiny model folder failed: {tail}")
+        raise LastmileError(f"measure-engine {engine}: building the tiny model folder failed: {tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -770,8 +764,6 @@ WHAT_RAN = {
 
 
 def write_sidecar(meta: dict, path: Path) -> None:
-    import yaml
-
     sglang = meta.get("engine") == "sglang"
     doc = {"what": ("host_path_sglang: the real SGLang serving stack with a stub GPU, measured on this CPU"
                     if sglang else "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU"),
@@ -797,6 +789,14 @@ def write_sidecar(meta: dict, path: Path) -> None:
                           "async_scheduling": "SGLang's overlap scheduler (False: --disable-overlap-schedule)",
                           "api_servers": "always 1 (one TokenizerManager)", "preempted": "not tracked (0)"}
         doc["client_versions"] = meta.get("client_versions")
+    write_yaml(doc, path)
+
+
+def write_yaml(doc: dict, path) -> None:
+    """``doc`` as YAML at ``path``, whole or not at all (a temporary file renamed into place)."""
+    import yaml
+
+    path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
         yaml.safe_dump(doc, f, sort_keys=False, width=110)
@@ -831,7 +831,7 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="lastmile-measure-engine-"))
     work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny-llama"
-    info = build_model(python, model)
+    info = build_model(python, model, engine=engine)
     token_range = (info["first_merged_id"], info["vocab_size"])
     rows, failures = [], []
     started = time.time()

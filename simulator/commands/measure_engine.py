@@ -11,13 +11,13 @@ HELP = ("run the real vLLM or SGLang server and vLLM's benchmark client on this 
 ENGINES = ("vllm", "sglang")
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def _ints(text: str, option: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise LastmileError(f"expected comma-separated integers, got {text!r}") from None
+        raise LastmileError(f"{option}: expected comma-separated integers, got {text!r}") from None
     if not values or any(v < 1 for v in values):
-        raise LastmileError(f"expected comma-separated positive integers, got {text!r}")
+        raise LastmileError(f"{option}: expected comma-separated positive integers, got {text!r}")
     return values
 
 
@@ -45,14 +45,14 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..calibrate.measure_engine import engine_versions, measure_engine
+    from ..calibrate.measure_engine import CONCURRENCY, SGLANG_CONCURRENCY, engine_versions, measure_engine
 
     sglang = args.engine == "sglang"
     python = args.python or (".venv-sglang/bin/python" if sglang else ".venv-vllm/bin/python")
     out = args.out or f"host_path_{args.engine}.csv"
-    concurrency = _ints(args.concurrency or ("1,16,64,256,1024" if sglang else "1,16,64,256,1024,2048"))
-    stream_interval = _ints(args.stream_interval)
-    api_servers = _ints(args.api_servers)
+    concurrency = _ints(args.concurrency, "--concurrency") if args.concurrency else (SGLANG_CONCURRENCY if sglang else CONCURRENCY)
+    stream_interval = _ints(args.stream_interval, "--stream-interval")
+    api_servers = _ints(args.api_servers, "--api-servers")
     engine_versions(python, args.engine)  # a one-line error before anything starts
     if sglang:
         engine_versions(args.client_python, "vllm")  # the client

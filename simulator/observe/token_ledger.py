@@ -157,8 +157,7 @@ class TokenLedger:
         g1, d1, e = times["g1"], times["d1"], times["e"]
         # each step after the run's first, following a row of the step before it: the one attribution's
         # cuts (``observe.attribution``), the same for every request in the step but for its receipt
-        c = attribution.cut(g1[:-1], d1[:-1], e[:-1], *(times[k][1:] for k in ("a0", "a1", "s0", "g0", "g1", "comm",
-                                                                               "wdet", "wstr")))
+        c = attribution.cut(g1[:-1], d1[:-1], e[:-1], *(times[k][1:] for k in attribution.STEP_TIMES))
         per_step = attribution.step_parts(c)
         compute = per_step.pop("compute")
         per_step["decode"] = compute  # a run's later rows are decodes
