@@ -13,7 +13,7 @@ BITES = "scenarios/llm/last_mile_bites.yaml"
 
 def test_a_wait_on_a_process_is_split_by_what_ran_there():
     """A task submitted behind detokenization and streaming on its process waited on exactly those."""
-    proc = CPUProcess("engine0", CorePool(4))
+    proc = CPUProcess("engine0", CorePool(4), keep_history=True)
     proc.submit(0.0, 2e-3, "detokenize")
     proc.submit(0.0, 3e-3, "stream")
     proc.submit(0.0, 1e-3, "tokenize")

@@ -54,7 +54,9 @@ class CPUProcess:
     busy: float = 0.0
     tasks: int = 0
     by_label: dict = field(default_factory=dict)  # busy seconds per task label, for the activity shares
-    # (start, end, label) of the tasks not yet ended at the latest submission: what a task waits behind
+    # with keep_history: (start, end, label) of the tasks not yet ended at the latest submission, what a
+    # task submitted now would wait behind (kept only where someone asks, :meth:`ran_between`)
+    keep_history: bool = False
     history: deque = field(default_factory=deque, repr=False)
 
     def __post_init__(self):
@@ -76,11 +78,12 @@ class CPUProcess:
         self.busy += duration
         self.tasks += 1
         self.by_label[label] = self.by_label.get(label, 0.0) + duration
-        history = self.history
-        while history and history[0][1] <= now:
-            history.popleft()
-        if duration > 0:
-            history.append((start, end, label))
+        if self.keep_history:
+            history = self.history
+            while history and history[0][1] <= now:
+                history.popleft()
+            if duration > 0:
+                history.append((start, end, label))
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
@@ -89,7 +92,8 @@ class CPUProcess:
     def ran_between(self, t0: float, t1: float) -> dict[str, float]:
         """Seconds of each task label this process ran between ``t0`` and ``t1``: what a task
         submitted at ``t0`` and started at ``t1`` waited behind (the rest of the wait, if any, was
-        for a free core)."""
+        for a free core). Needs ``keep_history``."""
+        assert self.keep_history, f"{self.name}: ran_between needs keep_history"
         out: dict[str, float] = {}
         for start, end, label in self.history:
             if start >= t1:

@@ -270,7 +270,8 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
                    or (dis is not None and dis.kv_link is None))
     links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts, host_shared,
                          sv.last_mile == "free")
-    engine = CPUProcess(f"engine{k}", pool, recorder)
+    # the engine's process keeps what ran on it: its steps' scheduling waits are split by it (observe.attribution)
+    engine = CPUProcess(f"engine{k}", pool, recorder, keep_history=True)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
     return Replica(engine, detok, links,
                    [f"gpu{first + i}" for i in range(p.tp * p.pp)], first)
