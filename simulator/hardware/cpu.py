@@ -43,6 +43,10 @@ class CorePool:
         heapq.heapreplace(self._free, end)
 
 
+HISTORY_TRIM = 64
+"""Tasks a process's history holds before the ended ones are dropped (each submission appends one)."""
+
+
 @dataclass
 class CPUProcess:
     """One process: tasks run one at a time, in submission order, each on a free core."""
@@ -54,8 +58,8 @@ class CPUProcess:
     busy: float = 0.0
     tasks: int = 0
     by_label: dict = field(default_factory=dict)  # busy seconds per task label, for the activity shares
-    # with keep_history: (start, end, label) of the tasks not yet ended at the latest submission, what a
-    # task submitted now would wait behind (kept only where someone asks, :meth:`ran_between`)
+    # with keep_history: (start, end, label) of the recent tasks, in order, those ended long ago dropped in
+    # bulk: what a task submitted now would wait behind (kept only where someone asks, :meth:`ran_between`)
     keep_history: bool = False
     history: deque = field(default_factory=deque, repr=False)
 
@@ -78,24 +82,26 @@ class CPUProcess:
         self.busy += duration
         self.tasks += 1
         self.by_label[label] = self.by_label.get(label, 0.0) + duration
-        if self.keep_history:
+        if self.keep_history and duration > 0:
             history = self.history
-            while history and history[0][1] <= now:
-                history.popleft()
-            if duration > 0:
-                history.append((start, end, label))
+            history.append((start, end, label))
+            if len(history) > HISTORY_TRIM:  # tasks that ended before now can hold back no later task
+                while history[0][1] <= now:
+                    history.popleft()
         if self.recorder is not None and duration > 0:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
-
 
     def ran_between(self, t0: float, t1: float) -> dict[str, float]:
         """Seconds of each task label this process ran between ``t0`` and ``t1``: what a task
         submitted at ``t0`` and started at ``t1`` waited behind (the rest of the wait, if any, was
         for a free core). Needs ``keep_history``."""
         assert self.keep_history, f"{self.name}: ran_between needs keep_history"
+        history = self.history
+        while history and history[0][1] <= t0:
+            history.popleft()
         out: dict[str, float] = {}
-        for start, end, label in self.history:
+        for start, end, label in history:
             if start >= t1:
                 break
             overlap = min(end, t1) - max(start, t0)

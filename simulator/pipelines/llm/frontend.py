@@ -33,6 +33,10 @@ class Frontend:
         self.sv = settings
         self.cpu = settings.cpu
         self.client = client
+        # a chunk's time on the client link: a fixed part per chunk and a part per token it carries
+        bw = client.bandwidth
+        self.chunk_delay = client.latency + settings.response_header_bytes / bw
+        self.token_delay = settings.chunk_bytes_per_token / bw
         self.table = table
         self.servers = servers
         self.rows = rows
@@ -110,7 +114,7 @@ class Frontend:
         gen = t.generated[sent_ids]
         before = t.sent[sent_ids]
         ntok = gen - before
-        received = receipt_time(self.client, self.sv, done_send, ntok)
+        received = self.receipt_time(done_send, ntok)
         if send is None:
             R, kind, tokens = received, SENT, ntok
         else:
@@ -130,6 +134,10 @@ class Frontend:
             fin = done if send is None else done[send]
             for rid, receipt in zip(sent_ids[fin].tolist(), received[fin].tolist()):
                 self.on_finish(rid, receipt)
+
+    def receipt_time(self, serialized, ntok):
+        """When chunks written at ``serialized`` carrying ``ntok`` tokens each reach the client over its link."""
+        return serialized + self.chunk_delay + ntok * self.token_delay
 
     def message_cost(self, emit) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server
@@ -220,10 +228,3 @@ class Frontend:
         for j in lead:
             e_tok[api == j] = starts[j]  # detokenized when the server's stream task begins
         self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)
-
-
-def receipt_time(client, settings, serialized, ntok):
-    """When chunks written at ``serialized`` carrying ``ntok`` tokens each reach the client over its link."""
-    bw = client.bandwidth
-    return serialized + (client.latency + settings.response_header_bytes / bw) + ntok * (settings.chunk_bytes_per_token / bw)
-

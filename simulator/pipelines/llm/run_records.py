@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .frontend import receipt_time
-
 
 def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, stream_spans: list) -> None:
     """The run's spans, made from its steps' times, in the order the step-by-step engine records
@@ -128,7 +126,7 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
             sel = api[col] == j
             serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
     ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
-    received = receipt_time(fe.client, fe.sv, serialized, ntok)
+    received = fe.receipt_time(serialized, ntok)
     # per-request state after the run
     emitted = np.maximum(last - first + 1, 0)
     gen0 = np.asarray(run.gen0, dtype=np.int64)
