@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..invariants import require
 from .records import CPU_ACTIVITY
 
 STEP_TIMES = ("a0", "a1", "s0", "g0", "g1", "comm", "wdet", "wstr")
@@ -109,6 +110,12 @@ def tail_parts(g1, d1, e, R, lower) -> list:
     d2h, detokenize and stream: copy, detokenization, streaming to its receipt."""
     return [(np.maximum(end - begin, 0.0), np.maximum(end - np.maximum(begin, lower), 0.0))
             for begin, end in ((g1, d1), (d1, e), (e, R))]
+
+
+def check_ordered(a0, s0, a1, g0, g1, d1) -> None:
+    """STEP_ORDERED: the step times a window's cuts read are in order (scalars or arrays of steps)."""
+    ok = np.all((a0 <= s0) & (s0 <= a1) & (a1 <= g0) & (g0 <= g1) & (g1 <= d1))
+    require("STEP_ORDERED", bool(ok), lambda: f"a0 {a0}, s0 {s0}, a1 {a1}, g0 {g0}, g1 {g1}, d1 {d1}")
 
 
 def wait_activity(proc, a0: float, s0: float) -> tuple[float, float]:

@@ -28,8 +28,12 @@ import heapq
 
 import numpy as np
 
+from ...invariants import require
+from ...observe.attribution import check_ordered
 from .links import SAMPLED_ID_BYTES
 from .run_records import record_spans, record_tokens
+from .run_support import engine_blockers, serving_blockers
+from .scheduler import admit_waiting
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -46,16 +50,11 @@ class DecodeRuns:
         self.shapes: dict[int, tuple] = {}  # decode-only batch size -> its step's fixed parts
 
     @staticmethod
-    def eligible(engine, frontend, open_loop: bool, replicas: int) -> bool:
-        """Whether the engine's set-up allows runs at all (the per-step conditions come later)."""
-        sv = engine.sv
-        cpu = engine.cpu
-        return (open_loop and replicas == 1 and sv.overlap == "sync" and sv.detokenizer == "engine"
-                and sv.stream_interval == 1 and engine.closed_form and not engine.proc.pool.contended
-                and sv.api_server_process == "own" and not cpu.has_ipc
-                and sv.multi_step == 1 and engine.sched.cache is None and engine.sched.offload is None
-                and engine.spec is None and sv.long_prefill_token_threshold == 0
-                and engine.cost.step_time is None)  # a run's decode time is the roofline's, inlined
+    def blockers(serving, engine, open_loop: bool, replicas: int) -> list[str]:
+        """Why runs cannot cover this engine's set-up (empty: they can; the per-step conditions come
+        later): its serving keys as their owning modules declared them (``run_support``), then the
+        engine's own conditions."""
+        return serving_blockers(serving) + engine_blockers(engine, open_loop, replicas)
 
     def run(self) -> float | None:
         """Commit the longest run of steps that can start now; returns when its last step's
@@ -130,7 +129,7 @@ class Run:
         o = self.o
         eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
         sv, cpu, cost = eng.sv, eng.cpu, eng.cost
-        budget, bs, max_batch, chunked = sv.max_batched_tokens, sv.block_size, sv.max_batch, sv.chunked_prefill
+        budget, bs = sv.max_batched_tokens, sv.block_size
         horizon = o.horizon
         proc = eng.proc
         sps, spr, launch = cpu.schedule_per_step, cpu.schedule_per_request, eng.launch_cost
@@ -164,7 +163,7 @@ class Run:
         gpu_free0 = gpu_free
         gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
         count_gap = not eng._after_idle
-        kv_free, kv_total = sched.kv_free, sched.kv_total
+        kv_free, kv_total = sched.pool.free, sched.pool.total
         frec = eng.links.fabric.recorder
         port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
                       for p in ports]
@@ -198,6 +197,7 @@ class Run:
         S, nd = self.S, self.nd
         P = self.partial
         p_comp, p_target = self.p_comp, self.p_target
+        admission = _Admission(waiting, prompt_col, gen_col, bs)
         k = 0
         while k < MAX_STEPS:
             a0 = now
@@ -241,26 +241,12 @@ class Run:
                         free_kv -= need
                         left -= p_take
                         pairs.append((p_comp, p_take))
-                admit = []
-                nw = len(waiting)
-                i = 0
-                while i < nw and left > 0 and nrun < max_batch:
-                    rid = waiting[i]
-                    target = int(prompt_col[rid] + gen_col[rid])
-                    n = target
-                    if not chunked and n > left:
-                        break
-                    if n > left:
-                        n = left
-                    need = -(-n // bs)
-                    if need > free_kv:
-                        break
-                    free_kv -= need
-                    left -= n
-                    nrun += 1
-                    admit.append((rid, target, n))
-                    pairs.append((0, n))
-                    i += 1
+                admit = admission.start(free_kv)
+                if waiting:  # the scheduler's admission rule over the queue as this run stands
+                    left = admit_waiting(admission.head, left, nrun, sv, admission.lacks, admission.take)
+                    free_kv = admission.free_kv
+                    nrun += len(admit)
+                    pairs.extend((0, n) for _, _, n in admit)
                 if pairs:
                     p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
                     ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
@@ -505,7 +491,6 @@ class Run:
                 sv_.by_label["tokenize"] = sv_.by_label.get("tokenize", 0.0) + tokenized
             if sv_.recorder is not None:
                 sv_.recorder.busy[sv_.track] = rbusy
-        sched.kv_free = kv_free
         fe.next_rid = nxt
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
@@ -523,8 +508,44 @@ class Run:
         self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2],
                                      "g1": times[:, 3], "comm": zeros, "d1": times[:, 4], "e": times[:, 5],
                                      "wdet": zeros, "wstr": zeros}, srv_start)
+        check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
+        pool = sched.pool
+        require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")
+        pool.check()
         return now
 
     def _record(self, *args) -> None:
         """The run's tokens and the requests' state after it (:func:`run_records.record_tokens`)."""
         record_tokens(self, *args)
+
+
+class _Admission:
+    """The run's side of :func:`~.scheduler.admit_waiting`: the queue as the run stands (requests
+    it admitted are still in it, from ``at`` on the next step's candidates) and its free blocks; a
+    waiting request lacks its whole target (no prefix cache, no host tier in a run)."""
+
+    def __init__(self, waiting, prompt, generated, block_size: int):
+        self.waiting, self.prompt, self.generated, self.bs = waiting, prompt, generated, block_size
+        self.at = 0
+        self.free_kv = 0
+        self.admit: list = []  # this step's admissions: (request, its target, tokens)
+
+    def start(self, free_kv: int) -> list:
+        """A step's admission begins with ``free_kv`` blocks free; returns its (empty) list of admissions."""
+        self.at, self.free_kv, self.admit = 0, free_kv, []
+        return self.admit
+
+    def head(self):
+        return self.waiting[self.at] if self.at < len(self.waiting) else None
+
+    def lacks(self, rid: int) -> int:
+        return int(self.prompt[rid] + self.generated[rid])
+
+    def take(self, rid: int, n: int) -> bool:
+        need = -(-n // self.bs)
+        if need > self.free_kv:
+            return False
+        self.free_kv -= need
+        self.at += 1
+        self.admit.append((rid, int(self.prompt[rid] + self.generated[rid]), n))
+        return True

@@ -23,7 +23,8 @@ import numpy as np
 import simpy
 
 from ...hardware.cpu import CPUProcess, book
-from ...observe.attribution import wait_activity
+from ...invariants import checking
+from ...observe.attribution import check_ordered, wait_activity
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.paged import CHUNK, Arrivals, Window
@@ -35,6 +36,16 @@ from .placements import PLACEMENTS
 from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
 from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("engine", owner="engine")
+declare("max_batch", owner="engine")
+declare("max_batched_tokens", owner="engine")
+declare("chunked_prefill", owner="engine")
+declare("block_size", owner="engine")
+declare("decode_attention", owner="engine")
+declare("multi_step", only(1), "a run steps one batch at a time (multi-step scheduling prepares N steps at once)", "engine")
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -106,6 +117,7 @@ class RequestTable:
         self.sent = w.column(np.int64)
         self.blocks = w.column(np.int64)
         self.finished = w.column(bool)
+        self.reported = w.column(bool)  # its finish reached the serving system (invariant FINISHED_ONCE)
         self.preemptions = w.column(np.int32)
         self.first_R = w.column(float, np.nan)
         self.last_R = w.column(float, np.nan)
@@ -162,6 +174,12 @@ class Engine:
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
         env.process(OVERLAP_MODES[settings.overlap](self))
+
+    def hand_off_to(self, handoff) -> None:
+        """Make this a disaggregated prefill replica: its computed prompts go to ``handoff`` (a
+        KVHandoff), holding their blocks out of both queues until they are sent."""
+        self.handoff = handoff
+        self.sched.holders_known = False
 
     def speculate(self, spec) -> None:
         """Run speculative decoding with ``spec`` (a SpecDecoder): decodes verify its drafts."""
@@ -263,14 +281,11 @@ class Engine:
         index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, wdet=wdet, wstr=wstr,
                                   batch=batch,
                                   decode=len(decode), prefill_tokens=new_tokens)
-        used = self.sched.kv_total - self.sched.kv_free
+        used = self.sched.pool.used
         self.kv_peak = max(self.kv_peak, used)
         if accepted is not None and len(decode):
             # the rejected drafts' slots are free again once the step has verified them
-            bs = self.sv.block_size
-            keep = -(-t.computed[decode] // bs)
-            self.sched.kv_free += int((t.blocks[decode] - keep).sum())
-            t.blocks[decode] = keep
+            self.sched.pool.trim(decode, -(-t.computed[decode] // self.sv.block_size))
         step = Step(index, decode, np.array(completes, dtype=np.int64) if completes else _EMPTY,
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
                     f"step {index} ({len(decode)}d+{new_tokens}p)", used, accepted=accepted)
@@ -343,6 +358,9 @@ class Engine:
 
     def _copied(self, step: Step, comm: float, d1: float) -> None:
         step.d1 = d1
+        if checking():
+            a0, s0, a1 = (float(v[0]) for v in self.steps.gather(np.array([step.index]), ("a0", "s0", "a1")))
+            check_ordered(a0, s0, a1, step.g0, step.g1, d1)
         for key, value in (("g0", step.g0), ("g1", step.g1), ("comm", comm), ("d1", d1)):
             self.steps.set(key, step.index, value)
 
@@ -445,6 +463,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """What this engine reports to the metrics when the run ends."""
+        self.sched.pool.check()  # BLOCKS_CONSERVED, at the end of every run
         return EngineStats(self.index, tuple(self.gpu_tracks), self.gpu_busy, self.kv_peak, self.kv_sum,
                            self.kv_steps, self.gap_sum, self.gap_steps, self.gap_max)
 

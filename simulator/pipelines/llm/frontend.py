@@ -12,6 +12,14 @@ from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
 from .routers import ROUTERS
 from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_message_cost
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("api_server_process", only("own"), "a run books no API-server work on the engine's process", "frontend")
+declare("api_servers", owner="frontend")
+declare("stream_interval", only(1), "a run streams every token as it is made", "frontend")
+declare("chunk_bytes_per_token", owner="frontend")
+declare("response_header_bytes", owner="frontend")
 
 
 class Frontend:

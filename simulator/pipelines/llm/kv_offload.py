@@ -23,6 +23,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("kv_offload", only(None), "a run loads no KV back from a host tier", "kv_offload")
+
 
 @dataclass
 class Load:

@@ -16,6 +16,11 @@ several decode steps at once in ``sync`` and ``async_output`` and hands their ou
 
 from __future__ import annotations
 
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("overlap", only("sync"), "a run has no step of lag between scheduling and outputs yet", "overlap")
+
 
 def sync_loop(engine):
     """Schedule, run, process the outputs, repeat; with multi-step, a run of steps at a time."""

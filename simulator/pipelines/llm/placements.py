@@ -17,6 +17,10 @@ from __future__ import annotations
 
 from ...hardware.cpu import book
 from .settings import output_message_cost
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("detokenizer", only("engine"), "a run detokenizes in the engine process only", "placements")
 
 
 class InEngine:

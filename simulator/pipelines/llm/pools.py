@@ -14,6 +14,10 @@ from ...hardware.topology import LinkParams
 from ...units import fmt_bytes
 from ...workloads.llm import DecodeAttentionKernel, LLMCostModel, LLMShape
 from .speculative import SPEC_METHODS
+from .run_support import declare
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("gpu_memory_utilization", owner="pools")
 
 
 def _divisors(n: int) -> list[int]:

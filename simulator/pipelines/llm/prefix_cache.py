@@ -24,6 +24,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("prefix_caching", only(False), "a run has no prefix cache look-ups", "prefix_cache")
+declare("prefix_cache_insert", owner="prefix_cache")
+
 
 class PrefixCache:
     """Cached prefix units of one replica: id -> blocks, reference counts and the idle LRU order.

@@ -11,6 +11,10 @@ from __future__ import annotations
 import zlib
 
 from ...errors import ConfigError
+from .run_support import declare
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("router", owner="routers")
 
 
 def _prefix_ids(table, router: str):

@@ -155,14 +155,13 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     blocks = -(-comp // bs)
     if len(fin):
         blocks[fin] = 0
-    t.blocks[rid] = blocks
+    sched.pool.settle(rid, blocks)
     live = np.ones(len(rid), dtype=bool)
     if len(fin):
         live[fin] = False
         finished = rid[fin]
         t.finished[finished] = True
         eng.outstanding -= len(finished)
-    sched.running = rid[live].tolist()
-    sched._run_arr = None
+    sched.set_running(rid[live].tolist())
     for r, receipt in zip(rid[fin].tolist(), t.last_R[rid[fin]].tolist()):
         fe.on_finish(r, receipt)

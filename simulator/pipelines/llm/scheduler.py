@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .block_pool import BlockPool
 from .prefix_cache import PrefixCache
 from .settings import EngineSettings
 
@@ -60,24 +61,55 @@ class Batch:
         return len(self.decode) + sum(n for _, _, n in self.chunks)
 
 
+def admit_waiting(head, budget: int, running: int, sv: EngineSettings, lacks, take) -> int:
+    """vLLM V1's step 2, the one admission rule (the scheduler and the closed-form runs call it):
+    while budget remains and the running set is below ``max_num_seqs``, the request at the queue's
+    head (``head()``; None: the queue is empty) gets what it lacks (``lacks(rid)``; None: it left
+    the queue, as a load from the host tier began), capped by ``long_prefill_token_threshold``,
+    then by the budget (with chunked prefill off, a prompt that does not fit stops the admission);
+    ``take(rid, n)`` admits it with ``n`` tokens, or, returning False (its blocks do not fit),
+    stops the admission. Returns the budget left."""
+    threshold, chunked, max_batch = sv.long_prefill_token_threshold, sv.chunked_prefill, sv.max_batch
+    while budget > 0 and running < max_batch:
+        rid = head()
+        if rid is None:
+            break
+        n = lacks(rid)
+        if n is None:
+            continue
+        if 0 < threshold < n:
+            n = threshold
+        if not chunked and n > budget:
+            break
+        if n > budget:
+            n = budget
+        if not take(rid, n):
+            break
+        budget -= n
+        running += 1
+    return budget
+
+
 class Scheduler:
     """A replica's waiting queue, running set and KV-cache blocks, and vLLM V1's policy over them.
 
     ``table`` is the shared :class:`RequestTable`: ``computed`` (tokens with KV), ``target``
     (tokens to catch up to: prompt plus tokens generated before a preemption), ``blocks`` (KV
-    blocks held). Blocks always cover ceil(computed / block_size) tokens.
+    blocks held, which ``pool``, the replica's :class:`BlockPool`, alone changes). Blocks always
+    cover ceil(computed / block_size) tokens.
     """
 
     def __init__(self, table, settings: EngineSettings, kv_blocks: int, cache: PrefixCache | None = None,
                  offload=None):
         self.table = table
         self.sv = settings
-        self.kv_total = kv_blocks
-        self.kv_free = kv_blocks
-        # With prefix caching, blocks of cached prefix units belong to the cache: ``shared[rid]``
-        # of a request's ``blocks`` are references to it, freed by releasing them, not to the pool.
+        # With prefix caching, blocks of cached prefix units belong to the cache: the pool's
+        # ``shared[rid]`` of a request's ``blocks`` are references to it, freed by releasing them.
         self.cache = cache
-        self.shared: dict[int, int] = {}
+        self.pool = BlockPool(table, kv_blocks, cache)
+        # False on a disaggregated prefill replica: prompts waiting to be sent hold blocks but are
+        # in neither queue, so only the pool's own count is checked there
+        self.holders_known = True
         # With a host-memory tier (``offload``: an engine's Offloader), evicted prefix units and
         # preempted requests' KV are copied out, and a request whose KV is there loads it back,
         # waiting out of the queue (``loading``) while the copy runs.
@@ -96,6 +128,20 @@ class Scheduler:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self._run_arr: np.ndarray | None = None
+
+    @property
+    def kv_total(self) -> int:
+        """The replica's KV blocks."""
+        return self.pool.total
+
+    @property
+    def kv_free(self) -> int:
+        """Its blocks not allocated to a request or held by the prefix cache."""
+        return self.pool.free
+
+    def holders(self) -> np.ndarray:
+        """Every request that may hold blocks here: running, waiting (a preempted one holds none) or loading."""
+        return np.fromiter([*self.running, *self.waiting, *self.loading], dtype=np.int64)
 
     def _running_array(self) -> np.ndarray:
         if self._run_arr is None:
@@ -142,8 +188,7 @@ class Scheduler:
         if not self._fits(total):  # one request left and its blocks do not fit: nothing runs
             ids, comp, take, need, is_decode, total = ids[:0], comp[:0], take[:0], need[:0], is_decode[:0], 0
         if total:
-            self.kv_free -= total
-            t.blocks[ids[is_decode]] += need[is_decode]
+            self.pool.grant(ids[is_decode], need[is_decode])
         decode = ids if is_decode.all() else ids[is_decode]
         dcomp = comp if len(decode) == len(ids) else comp[is_decode]
         budget -= len(decode) * (1 + la) if la else len(decode)
@@ -153,8 +198,7 @@ class Scheduler:
             # blocks (vLLM would preempt the tail here, usually the prefill itself: see KV_FULL_PARTIAL).
             for r, c, n, b in zip(ids[~is_decode], comp[~is_decode], take[~is_decode], need[~is_decode]):
                 if self._fits(int(b)):
-                    self.kv_free -= int(b)
-                    t.blocks[r] += b
+                    self.pool.grant(r, b)
                     chunks.append((int(r), int(c), int(n)))
                     if self.cache is not None:
                         self._register(int(r), int(c) + int(n))
@@ -180,54 +224,45 @@ class Scheduler:
         if not self._fits(total):
             return None
         if total:
-            self.kv_free -= total
-            t.blocks[ids] += need
+            self.pool.grant(ids, need)
         return self._admit(ids, comp, [], budget - used, False)
 
     def _admit(self, decode: np.ndarray, dcomp: np.ndarray, chunks: list, budget: int,
                preempted: bool) -> Batch | None:
-        """Step 2: waiting requests join, in order, unless this step preempted."""
-        t, sv, threshold = self.table, self.sv, self.sv.long_prefill_token_threshold
-        if not preempted:
-            while self.waiting and budget > 0 and len(self.running) < sv.max_batch:
-                rid = self.waiting[0]
+        """Step 2: waiting requests join, in order, unless this step preempted (:func:`admit_waiting`)."""
+        if not preempted and self.waiting:
+            t = self.table
+            waiting = self.waiting
+
+            def lacks(rid: int) -> int | None:
                 if t.computed[rid] == 0:
                     t.target[rid] = t.prompt[rid] + t.generated[rid]
                     if self.offload is not None and self._load_swapped(rid):
-                        continue
+                        return None
                     if self.cache is not None and rid not in self.cache.settled:
                         self._look_up(rid)
                         if self.offload is not None and self._load_units(rid):
-                            continue
-                n = int(t.target[rid] - t.computed[rid])
-                if 0 < threshold < n:
-                    n = threshold
-                if not sv.chunked_prefill and n > budget:
-                    break
-                n = min(n, budget)
+                            return None
+                return int(t.target[rid] - t.computed[rid])
+
+            def take(rid: int, n: int) -> bool:
                 if not self._alloc(rid, n):
-                    break
-                self.waiting.popleft()
+                    return False
+                waiting.popleft()
                 self.running.append(rid)
                 self._run_arr = None
                 chunks.append((rid, int(t.computed[rid]), n))
-                budget -= n
                 if self.cache is not None:
                     self._register(rid, int(t.computed[rid]) + n)
+                return True
+
+            admit_waiting(lambda: waiting[0] if waiting else None, budget, len(self.running), self.sv, lacks, take)
         if len(decode) == 0 and not chunks:
             return None
         return Batch(decode, dcomp, chunks)
 
     def _fits(self, n: int) -> bool:
-        """Whether ``n`` more blocks can be had, evicting idle cached prefixes when the free pool
-        is short (vLLM's free queue hands out cached blocks nobody uses, least recently used first)."""
-        if n <= self.kv_free:
-            return True
-        cache = self.cache
-        if cache is None or n > self.kv_free + cache.idle_blocks:
-            return False
-        self.kv_free += cache.evict(n - self.kv_free)
-        return True
+        return self.pool.fits(n)
 
     def _look_up(self, rid: int) -> None:
         """A request about to be admitted takes its cached prefix: those tokens count as computed
@@ -235,8 +270,7 @@ class Scheduler:
         t = self.table
         tokens, blocks = self.cache.match(rid, int(t.prompt[rid]), count=t.preemptions[rid] == 0)
         t.computed[rid] = tokens
-        t.blocks[rid] = blocks
-        self.shared[rid] = blocks
+        self.pool.adopt(rid, blocks)
 
     def _load_swapped(self, rid: int) -> bool:
         """A preempted request whose KV was swapped out loads it back (when its blocks fit) instead
@@ -277,8 +311,7 @@ class Scheduler:
     def _start_load(self, rid: int, keys: list, tokens: int, blocks: int) -> None:
         """Reserve the blocks and copy ``keys`` back; the request rejoins the queue's head with
         ``tokens`` computed when the copy ends."""
-        self.kv_free -= blocks
-        self.table.blocks[rid] += blocks
+        self.pool.grant(rid, blocks)
         self.waiting.popleft()
         self.loading.add(rid)
         nbytes = sum(self.offload.tier.take(k)[0] for k in keys)
@@ -313,17 +346,14 @@ class Scheduler:
                 self._insert(rid, covered)
 
     def _insert(self, rid: int, covered: int) -> None:
-        moved = self.cache.register(rid, covered, int(self.table.prompt[rid]))
-        if moved:
-            self.shared[rid] = self.shared.get(rid, 0) + moved
+        self.pool.to_cache(rid, self.cache.register(rid, covered, int(self.table.prompt[rid])))
 
     def _alloc(self, rid: int, n: int) -> bool:
         t = self.table
         need = -(-(int(t.computed[rid]) + n) // self.sv.block_size) - int(t.blocks[rid])
         if not self._fits(need):
             return False
-        self.kv_free -= need
-        t.blocks[rid] += need
+        self.pool.grant(rid, need)
         return True
 
     def extend(self, decode: np.ndarray, comp: np.ndarray) -> bool:
@@ -334,8 +364,7 @@ class Scheduler:
         total = int(need.sum())
         if not self._fits(total):
             return False
-        self.kv_free -= total
-        t.blocks[decode] += need
+        self.pool.grant(decode, need)
         return True
 
     def preempt(self, rid: int) -> None:
@@ -343,8 +372,7 @@ class Scheduler:
         t = self.table
         if self.offload is not None and t.computed[rid] > 0:
             self.offload.swap_out(rid, int(t.blocks[rid]), int(t.computed[rid]))
-        self.kv_free += int(t.blocks[rid]) - self._unshare(rid)
-        t.blocks[rid] = 0
+        self.pool.release(rid)
         t.computed[rid] = 0
         t.preemptions[rid] += 1
         self.waiting.appendleft(rid)
@@ -368,6 +396,11 @@ class Scheduler:
                 self.waiting.extend(keep)
         self.release(finished)
 
+    def set_running(self, ids: list) -> None:
+        """The running set after a closed-form run played its steps (``ids``, in admission order)."""
+        self.running = ids
+        self._run_arr = None
+
     def leave(self, finished: np.ndarray) -> None:
         """Requests leave the running set (their blocks stay held until :meth:`release`)."""
         fin = set(finished.tolist())
@@ -376,15 +409,4 @@ class Scheduler:
 
     def release(self, finished: np.ndarray) -> None:
         """Free the KV blocks of requests that left the running set."""
-        t = self.table
-        self.kv_free += int(t.blocks[finished].sum())
-        if self.cache is not None:
-            self.kv_free -= sum(self._unshare(r) for r in finished.tolist())
-        t.blocks[finished] = 0
-
-    def _unshare(self, rid: int) -> int:
-        """Drop a leaving request's references to cached units; returns the blocks it shared."""
-        if self.cache is None:
-            return 0
-        self.cache.release(rid)
-        return self.shared.pop(rid, 0)
+        self.pool.release(finished)

@@ -7,6 +7,7 @@ import simpy
 
 from ...config.models import upper_tokens
 from ...hardware.cpu import CorePool, CPUProcess
+from ...invariants import require
 from ...hardware.topology import LinkParams, Topology
 from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
@@ -102,6 +103,11 @@ class ServingSystem:
         self.frontend.arrive(rid)
 
     def _finished(self, rid: int, receipt: float) -> None:
+        t = self.table
+        require("FINISHED_ONCE", not t.reported[rid], lambda: f"request {rid} finished again at {receipt}")
+        t.reported[rid] = True
+        require("TOKENS_CONSERVED", t.generated[rid] == t.output[rid] == t.sent[rid],
+                lambda: f"request {rid}: {t.output[rid]} to make, {t.generated[rid]} made, {t.sent[rid]} sent")
         for callback in self.finish_callbacks:
             callback(rid, receipt)
 
@@ -227,11 +233,11 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     if scenario.disaggregation is not None:
         system.handoff = _handoff(env, scenario, topo, table, plans, by_role["decode"])
         for engine in by_role["prefill"]:
-            engine.handoff = system.handoff
+            engine.hand_off_to(system.handoff)
     elif scenario.coalesce_decode:
         open_loop = scenario.workload.arrival != "closed"
         for engine in frontend.engines:
-            if DecodeRuns.eligible(engine, frontend, open_loop, len(frontend.engines)):
+            if not DecodeRuns.blockers(sv, engine, open_loop, len(frontend.engines)):
                 engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
     return system
 

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .run_support import declare
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support): the
+# counterfactual's free last mile is zero costs, which a run reads as any others.
+declare("last_mile", owner="settings")
+
 # vLLM's SchedulerConfig.long_prefill_token_threshold default (vllm/config/scheduler.py,
 # github.com/vllm-project/vllm commit 01230b40128e570a58e54e75f7e55c4d5cd9246d): 0, no clamp, so a
 # prompt chunk is limited by the token budget alone. vLLM sets it to 4% of max_model_len only when

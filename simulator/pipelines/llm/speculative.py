@@ -31,6 +31,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...workloads.llm import LLMCostModel, LLMShape
+from .run_support import declare, only
+
+# How closed-form runs of steps cover the serving keys this module owns (run_support).
+declare("speculative", only(None), "a run verifies no drafts", "speculative")
 
 
 def alpha_for(tau: float, k: int) -> float:

@@ -1,0 +1,48 @@
+"""Every serving key says whether closed-form runs cover it (declared by the module that owns it), and
+a set-up a run does not cover is stepped one event at a time, with the reason named."""
+
+from __future__ import annotations
+
+import pytest
+
+import simulator
+from simulator.config.loader import load_scenario
+from simulator.config.models import Serving
+from simulator.pipelines.llm import serving as _serving  # noqa: F401  (imports every owning module)
+from simulator.pipelines.llm.run_support import RUN_SUPPORT, serving_blockers
+
+from test_decode_runs import coalesced, trace_scenario  # noqa: F401  (a fixture)
+
+UNCOVERED = {  # a value of each restricted key that runs do not cover
+    "overlap": "async", "detokenizer": "separate", "api_server_process": "engine", "multi_step": 4,
+    "stream_interval": 4, "prefix_caching": True,
+    "kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"},
+    "speculative": {"method": "ngram", "tokens": 3},
+}
+
+
+def test_every_serving_key_is_declared_by_its_owner():
+    missing = sorted(set(Serving.model_fields) - set(RUN_SUPPORT))
+    assert not missing, f"serving keys no module declared for closed-form runs: {missing}"
+    assert not set(RUN_SUPPORT) - set(Serving.model_fields)
+    assert all(s.owner for s in RUN_SUPPORT.values())
+
+
+def test_the_restricted_keys_are_the_ones_with_a_reason():
+    restricted = {k for k, s in RUN_SUPPORT.items() if s.lacks}
+    assert restricted == set(UNCOVERED)
+    defaults = load_scenario(trace_scenario("splitwise_conv.csv", 10)).serving
+    assert serving_blockers(defaults) == []  # the defaults are all covered
+
+
+@pytest.mark.parametrize("key", sorted(UNCOVERED))
+def test_an_uncovered_value_is_stepped_and_named(key, coalesced):  # noqa: F811
+    raw = trace_scenario("splitwise_conv.csv", 60)
+    if key == "prefix_caching":  # prompts with prefix identity: synthetic ones with shared system prompts
+        raw["workload"] = {"requests": 60, "rate": "4/s", "prompt_tokens": 300, "output_tokens": 40,
+                           "prefix": {"shared_tokens": 64, "groups": 4}}
+    scenario = load_scenario(raw, {f"serving.{key}": UNCOVERED[key]})
+    reasons = serving_blockers(scenario.serving)
+    assert len(reasons) == 1 and reasons[0].startswith(f"serving.{key}=") and RUN_SUPPORT[key].lacks in reasons[0]
+    simulator.run(raw, {f"serving.{key}": UNCOVERED[key], "record_spans": False}, last_mile_cost=False)
+    assert coalesced[0] == 0
