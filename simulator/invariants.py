@@ -24,8 +24,8 @@ INVARIANTS = {
                         "every one (frontend.Frontend.on_finish; every finish)",
     "STEP_ORDERED": "a step's times are ordered: submitted <= started <= scheduled <= GPU start <= GPU end <= "
                     "copied (engine; every step in debug runs)",
-    "BREAKDOWN_SUMS": "a request's latency breakdown sums to its E2E (observe.token_ledger; every retired block "
-                      "in debug runs, the summary's mean in every run)",
+    "BREAKDOWN_SUMS": "a request's latency breakdown sums to its E2E (observe.llm_metrics; each request "
+                      "in debug runs, the totals in every run)",
 }
 """Every invariant's name and what it says (where it is checked, and how often)."""
 

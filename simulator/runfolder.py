@@ -79,7 +79,7 @@ def write_run(result, out: Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
     try:
-        result.write(tmp)
+        result.write(tmp, parallel=True)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             old.rmdir()

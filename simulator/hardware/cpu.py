@@ -92,6 +92,20 @@ class CPUProcess:
             self.recorder.add(self.track, label, start, end, "cpu")
         return start, end
 
+    def settle_run(self, free_at: float, busy: float, tasks: int, recorded: float, by_label: dict) -> None:
+        """After a closed-form run of steps (``pipelines.llm.decode_runs``) played this process's clock
+        forward with :meth:`submit`'s rule and in its order: the clock, busy seconds, task count and
+        the recorder's busy time as the run left them, and ``by_label``'s seconds added per label."""
+        self.free_at, self.busy, self.tasks = free_at, busy, tasks
+        for label, seconds in by_label.items():
+            self.by_label[label] = self.by_label.get(label, 0.0) + seconds
+        if self.recorder is not None:
+            self.recorder.busy[self.track] = recorded
+
+    def recorded_busy(self) -> float:
+        """The busy seconds the recorder holds for this process's track (0 without a recorder)."""
+        return self.recorder.busy.get(self.track, 0.0) if self.recorder is not None else 0.0
+
     def ran_between(self, t0: float, t1: float) -> dict[str, float]:
         """Seconds of each task label this process ran between ``t0`` and ``t1``: what a task
         submitted at ``t0`` and started at ``t1`` waited behind (the rest of the wait, if any, was

@@ -18,6 +18,19 @@ import simpy
 _REL_EPS = 1e-9
 
 
+def copy_seconds(nbytes, bandwidth: float):
+    """Seconds ``nbytes`` (a number or an array) take at ``bandwidth`` (0 for nothing to copy)."""
+    return nbytes / bandwidth if not isinstance(nbytes, (int, float)) or nbytes > 0 else 0.0
+
+
+def booked_copy(booked_until: float, issued: float, latency: float, seconds: float) -> tuple[float, float]:
+    """A serialized copier's copy issued at ``issued`` behind the copy booked until ``booked_until``:
+    it begins after both and the latency, and ends ``seconds`` later; returns (begin, end). The one
+    closed form of a booked copy (:meth:`Fabric.book` and the closed-form decode runs call it)."""
+    begin = (issued if issued > booked_until else booked_until) + latency
+    return begin, begin + seconds
+
+
 @dataclass(eq=False)
 class Port:
     """One direction of one physical link endpoint, with its accounting.
@@ -122,11 +135,11 @@ class Fabric:
         The same times as :meth:`move` gives a flow alone on its ports, in one function call."""
         if not all(p.reserved for p in ports):
             raise ValueError(f"booking {label!r}: every port must be reserved first")
-        begin = max(start, max((p.booked_until for p in ports), default=start)) + latency
+        booked = max((p.booked_until for p in ports), default=start)
         if nbytes <= 0 or not ports:
-            return begin
-        seconds = nbytes / min(p.bandwidth for p in ports)
-        end = begin + seconds
+            return booked_copy(booked, start, latency, 0.0)[0]
+        seconds = copy_seconds(nbytes, min(p.bandwidth for p in ports))
+        begin, end = booked_copy(booked, start, latency, seconds)
         rec = self.recorder
         for p in ports:
             p.booked_until = end
@@ -137,6 +150,18 @@ class Fabric:
                 if rec.enabled:
                     rec.add_span_only(p.track, label, begin, end, "link")
         return end
+
+    def settle_run(self, ports: Sequence[Port], booked_until: float, seconds: float, nbytes: float) -> None:
+        """After a closed-form run of booked copies on reserved ``ports`` (``pipelines.llm.decode_runs``,
+        with :meth:`book`'s times): the ports are booked until ``booked_until`` and ``seconds`` and
+        ``nbytes`` more busy, as the recorder's tracks."""
+        rec = self.recorder
+        for p in ports:
+            p.booked_until = booked_until
+            p.busy_time += seconds
+            p.bytes_moved += nbytes
+            if rec is not None:
+                rec.add_busy(p.track, seconds)
 
     def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str,
              max_rate: float = float("inf")):

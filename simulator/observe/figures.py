@@ -8,6 +8,8 @@ when figures are drawn, so loading the package stays fast.
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,11 +80,19 @@ def _name(result) -> str:
     return str(result.summary.get("scenario", result.summary.get("name", result.kind)))
 
 
-def _cdf_xy(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+def _sorted_quantiles(v: np.ndarray, q) -> np.ndarray:
+    """Quantiles ``q`` of sorted ``v``, linearly interpolated as ``np.quantile`` does, without sorting again."""
+    pos = np.asarray(q, dtype=float) * (len(v) - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def _cdf_xy(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CDF's points of sorted finite samples ``v`` (at most ``CDF_POINTS`` of them)."""
     if len(v) > CDF_POINTS:
         q = np.linspace(0, 1, CDF_POINTS)
-        return np.quantile(v, q), q
+        return _sorted_quantiles(v, q), q
     return v, np.arange(1, len(v) + 1) / max(len(v), 1)
 
 
@@ -101,16 +111,17 @@ def latency_samples(result) -> dict[str, np.ndarray]:
 
 def cdf_figure(result, path: Path) -> bool:
     """One CDF panel per latency metric; False when no request completed."""
-    samples = {k: v for k, v in latency_samples(result).items() if len(v)}
+    samples = {k: np.sort(v[np.isfinite(v)]) for k, v in latency_samples(result).items()}
+    samples = {k: v for k, v in samples.items() if len(v)}
     if not samples:
         return False
     plt = _plt()
     fig, axes = plt.subplots(1, len(samples), figsize=(3.2 * len(samples) + 0.6, 3.0), squeeze=False)
     for ax, (label, v) in zip(axes[0], samples.items()):
-        scale, unit = _unit(float(np.median(v)) if np.median(v) > 0 else float(v.max() or 1.0))
+        p50, p99 = _sorted_quantiles(v, [0.5, 0.99])
+        scale, unit = _unit(float(p50) if p50 > 0 else float(v[-1] or 1.0))
         x, y = _cdf_xy(v)
         ax.plot(x * scale, y, color="#4c72b0", lw=1.5, drawstyle="steps-post")
-        p50, p99 = np.percentile(v, [50, 99])
         ax.axvline(p50 * scale, color="grey", lw=0.8, ls="--")
         ax.axvline(p99 * scale, color="grey", lw=0.8, ls=":")
         ax.set_title(f"{label}: p50 {p50 * scale:.3g}, p99 {p99 * scale:.3g} {unit}", fontsize=9)
@@ -247,3 +258,39 @@ def write_run_figures(result, folder: str | Path) -> list[Path]:
         if draw(result, folder / name):
             written.append(folder / name)
     return written
+
+
+class FigureChild:
+    """A forked process drawing a run's figures; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, pid: int, fd: int):
+        self.pid, self.fd = pid, fd
+
+    def join(self) -> None:
+        with os.fdopen(self.fd, "rb") as pipe:
+            message = pipe.read().decode("utf-8", "replace")
+        _, status = os.waitpid(self.pid, 0)
+        if status:
+            raise RuntimeError(f"drawing the run's figures failed: {message or f'exit status {status}'}")
+
+
+def fork_figures(result, folder: Path) -> FigureChild | None:
+    """Draw the run's figures in a forked child while the caller goes on (None where the platform
+    cannot fork: the caller draws them itself). The child writes only the figure files and leaves
+    with ``os._exit``, so nothing of the parent's is flushed or run twice."""
+    if not hasattr(os, "fork"):
+        return None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 0
+        try:
+            os.close(read)
+            write_run_figures(result, folder)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+            os.write(write, f"{type(exc).__name__}: {exc}".encode()[:4000])
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    return FigureChild(pid, read)

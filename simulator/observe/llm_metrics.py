@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..invariants import checking, require
 from . import attribution
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
@@ -386,6 +387,20 @@ def stage_summaries(workload, arrival: np.ndarray, done: np.ndarray, good: np.nd
     return out
 
 
+def _check_breakdown(t, store, done, e2e, total: dict, e2e_total: float) -> None:
+    """BREAKDOWN_SUMS: the categories' totals sum to the requests' E2E (every run), and each request's
+    to its own (debug runs); not where the times overflowed to infinity."""
+    parts = sum(total.values())
+    if not np.isfinite(e2e_total):  # absurd timings overflow: the summary reports them as undefined
+        return
+    require("BREAKDOWN_SUMS", abs(parts - e2e_total) <= 1e-6 * max(e2e_total, 1.0),
+            lambda: f"the categories sum to {parts} s, the requests' E2E to {e2e_total} s")
+    if checking() and done.any():
+        each = sum(category(t, store, c)[done] for c in CATEGORIES)
+        worst = float(np.max(np.abs(each - e2e[done])))
+        require("BREAKDOWN_SUMS", worst <= 1e-6, lambda: f"a request's categories miss its E2E by {worst} s")
+
+
 def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
                  horizon) -> Result:
     """Assemble the summary and the trace; the per-request frames are built from the request store
@@ -404,6 +419,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     del window
     total = {c: float(category(t, store, c)[done].sum()) for c in CATEGORIES}
     e2e_total = float(e2e[done].sum())
+    _check_breakdown(t, store, done, e2e, total, e2e_total)
     slo = scenario.slo
     good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
     arrival = t.arrival.values

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import yaml
 
-from .figures import write_run_figures
+from .figures import fork_figures, write_run_figures
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
     import pandas as pd
@@ -173,11 +173,24 @@ class Result:
             for i, chunk in enumerate(raw.chunks()):
                 chunk.to_csv(fh, header=i == 0, index=chunk.index.name is not None)
 
-    def write(self, out_dir: str | Path, figures: bool = True) -> Path:
+    def write(self, out_dir: str | Path, figures: bool = True, parallel: bool = False) -> Path:
         """Write summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json and (unless
-        ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`)."""
+        ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`); with
+        ``parallel``, the figures are drawn in a forked process while this one writes the rest (the
+        command line's run folder: Matplotlib's import and rendering then cost no wall time of their own)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        child = fork_figures(self, out) if figures and parallel else None
+        try:
+            self._write_files(out)
+        finally:
+            if child is not None:
+                child.join()  # raises where the figures could not be drawn
+        if figures and child is None:
+            write_run_figures(self, out)
+        return out
+
+    def _write_files(self, out: Path) -> None:
         (out / "summary.json").write_text(json.dumps(json_safe(self.summary), indent=2, allow_nan=False) + "\n")
         for name in ("requests", "breakdown"):
             self._write_csv(name, out / f"{name}.csv")
@@ -187,6 +200,3 @@ class Result:
             trace.write(out / "trace.json")
         else:
             (out / "trace.json").write_text(json.dumps({"traceEvents": list(trace), "displayTimeUnit": "ms"}))
-        if figures:
-            write_run_figures(self, out)
-        return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..kinds import KINDS
 from ..observe.records import LLM_CATEGORIES as CATEGORIES, LLM_LAST_MILE as LAST_MILE
 
@@ -32,6 +34,29 @@ def _engine_time(s: dict) -> list[str]:
     if gap and gap.get("mean") is not None:
         line += f"; GPU idle between steps {_n(gap['mean'], '.3f')} ms mean"
     return [line]
+
+
+UTILIZATION_TRACKS = 12
+"""Tracks the utilization line lists one by one; beyond, tracks of one kind are grouped."""
+
+
+def _utilization(util: dict) -> str:
+    """Each track's busy share, or, with many tracks, each kind's (``gpu#``, ``cpu:engine#``, ...)
+    count, mean and busiest track, so a line stays a line with hundreds of replicas."""
+    if len(util) <= UTILIZATION_TRACKS:
+        return ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in util.items())
+    groups: dict[str, list] = {}
+    for track, share in util.items():
+        groups.setdefault(re.sub(r"\d+", "#", track), []).append((share or 0.0, track))
+    parts = []
+    for kind, items in groups.items():
+        top, name = max(items)
+        if len(items) == 1:
+            parts.append(f"{name} {100 * top:.1f}%")
+            continue
+        mean = sum(v for v, _ in items) / len(items)
+        parts.append(f"{kind} x{len(items)} mean {100 * mean:.1f}% (busiest {name} {100 * top:.1f}%)")
+    return ", ".join(parts)
 
 
 def format_llm(result) -> str:
@@ -68,7 +93,7 @@ def format_llm(result) -> str:
         f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
         *_last_mile_cost(s.get("last_mile_cost")),
         "",
-        "  utilization: " + ", ".join(f"{k} {_n(v, '.1f', 100)}%" for k, v in s["utilization"].items()),
+        "  utilization: " + _utilization(s["utilization"]),
         *_engine_time(s),
         f"  KV cache: peak {_n(s['kv_cache']['peak_occupancy'], '.1f', 100)}%, mean "
         f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'], ',.0f')} blocks; "

@@ -28,12 +28,14 @@ import heapq
 
 import numpy as np
 
+from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
 from ...observe.attribution import check_ordered
 from .links import SAMPLED_ID_BYTES
 from .run_records import record_spans, record_tokens
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
+from .settings import output_cost, schedule_cost
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -132,24 +134,22 @@ class Run:
         budget, bs = sv.max_batched_tokens, sv.block_size
         horizon = o.horizon
         proc = eng.proc
-        sps, spr, launch = cpu.schedule_per_step, cpu.schedule_per_request, eng.launch_cost
-        pps, ppr = cpu.prepare_per_step, cpu.prepare_per_request
-        dsf, dpt, opr = cpu.detokenize_step_fixed, cpu.detokenize_per_token, cpu.output_per_request
+        launch = eng.launch_cost
         ports, _ = eng.links.d2h_route
         lat, bw_min = eng.links.d2h_terms()
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
         nserv = len(servers)
-        flop, d_kv, d_q, floor, d_fixed, layers, pp = cost.decode_terms
+        decode_time = cost.decode_time
         shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
 
         def shape(batch: int, sampled: int) -> tuple:
             """A step's parts that depend on its size alone: scheduling and preparation, that plus the
             launches, the sampled ids' bytes and copy time, the output work, a chunk stream's time."""
-            sched_c = sps + spr * batch + pps + ppr * batch
+            sched_c = schedule_cost(cpu, batch)
             nbytes = SAMPLED_ID_BYTES * sampled
-            return (sched_c, sched_c + launch, nbytes, nbytes / bw_min if nbytes > 0 else 0.0,
-                    dsf + dpt * sampled + opr * sampled if sampled else 0.0, sampled * pc)
+            return (sched_c, sched_c + launch, nbytes, copy_seconds(nbytes, bw_min),
+                    output_cost(cpu, sampled, sampled) if sampled else 0.0, sampled * pc)
 
         prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
         arr = arrival.values
@@ -157,18 +157,10 @@ class Run:
         # the state the chain reads and the accumulators it grows, as locals
         free, p_busy, p_tasks = proc.free_at, proc.busy, proc.tasks
         rec = proc.recorder
-        p_track = proc.track
-        p_rbusy = rec.busy.get(p_track, 0.0) if rec is not None else 0.0
-        gpu_free, gpu_busy, kv_sum, kv_peak = eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak
-        gpu_free0 = gpu_free
-        gap_sum, gap_steps, gap_max = eng.gap_sum, eng.gap_steps, eng.gap_max
-        count_gap = not eng._after_idle
+        p_rbusy = proc.recorded_busy()
+        gpu_free = gpu_free0 = eng.gpu_free
         kv_free, kv_total = sched.pool.free, sched.pool.total
-        frec = eng.links.fabric.recorder
-        port_state = [[p.busy_time, p.bytes_moved, frec.busy.get(p.track, 0.0) if frec is not None else 0.0]
-                      for p in ports]
-        srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorder.busy.get(sv_.track, 0.0)
-                if sv_.recorder is not None else 0.0] for sv_ in servers]
+        srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorded_busy()] for sv_ in servers]
         srv_start = [[] for _ in servers]  # per server after the first: when each step's stream task began
         single = nserv == 1  # one API server: its clock and totals as locals
         s0_free, s0_busy, s0_tasks, s0_rbusy = srv[0]
@@ -203,7 +195,7 @@ class Run:
             a0 = now
             if next_route <= a0:  # tokenized before this step: they join the queue
                 while routes and routes[0][0] <= a0:
-                    fe._route(heapq.heappop(routes)[2])
+                    fe.route(heapq.heappop(routes)[2])
                 next_route = routes[0][0] if routes else inf
             # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
             nrun = nd + (P >= 0)
@@ -222,10 +214,9 @@ class Run:
                 sampled = nd
                 fixed = shapes.get(nd)
                 if fixed is None:
-                    fixed = shapes[nd] = (*shape(nd, nd), cost.linear_time(nd), cost.head_time(nd))
-                sched_c, sl, nbytes, secs, work, dur, lin, head = fixed
-                # ``cost.decode_time(ctx, nd)``, inline: the same arithmetic in the same order
-                compute = pp * (lin + layers * (max(ctx * flop, ctx * d_kv + nd * d_q, floor) + d_fixed)) + head
+                    fixed = shapes[nd] = shape(nd, nd)
+                sched_c, sl, nbytes, secs, work, dur = fixed
+                compute = decode_time(ctx, nd)
             else:
                 left = budget - nd
                 pairs = []
@@ -272,8 +263,7 @@ class Run:
             g1 = g0 + compute
             if launched > g1:
                 g1 = launched
-            begin = (g1 if g1 > booked else booked) + lat
-            d1 = begin + secs
+            begin, d1 = booked_copy(booked, g1, lat, secs)
             t_done = a0 + (d1 - a0)  # the step's done event
             if sampled:
                 s2 = d1 if d1 > launched else launched
@@ -431,9 +421,9 @@ class Run:
             return None
         times = np.array(rows)  # k x 18, every column as floats (whole numbers exactly)
         counts = times[:, 13:].astype(np.int64)
-        # -- the run's sums: what each step adds to the engine's, the processes' and the ports' totals --
-        g0_, g1_, e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (2, 3, 5, 6, 7, 8, 10))
-        used_, sampled_ = counts[:, 3], counts[:, 4]
+        # -- the run's sums: what each step adds to the processes' and the ports' totals --
+        e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (5, 6, 7, 8, 10))
+        sampled_ = counts[:, 4]
         emits = sampled_ > 0
         sl_, work_ = times[:, 11], times[:, 12]
         sched_total = float(sl_.sum())
@@ -441,25 +431,10 @@ class Run:
         p_busy += sched_total + work_total
         p_tasks += k + int(emits.sum())
         p_rbusy += float((launched_ - start_)[sl_ > 0].sum()) + float((e_ - s2_)[emits & (work_ > 0)].sum())
-        gaps = g0_ - np.concatenate(([gpu_free0], g1_[:-1]))  # GPU idle before each step
-        if not count_gap:
-            gaps = gaps[1:]  # the engine had waited for work: its first step's wait is no gap
-        if len(gaps):
-            gap_sum += float(gaps.sum())
-            gap_steps += len(gaps)
-            gap_max = max(gap_max, float(gaps.max()))
-        busy_ = g1_ - g0_
-        gpu_busy += float(busy_.sum())
-        kv_sum += float((used_ * busy_).sum())
-        kv_peak = max(kv_peak, int(used_.max()))
         nbytes_ = SAMPLED_ID_BYTES * sampled_[emits]
+        secs_total = moved = 0.0
         if len(nbytes_):
-            secs_ = nbytes_ / bw_min
-            moved, secs_total = float(nbytes_.sum()), float(secs_.sum())
-            for st in port_state:
-                st[0] += secs_total
-                st[1] += moved
-                st[2] += secs_total
+            moved, secs_total = float(nbytes_.sum()), float(copy_seconds(nbytes_, bw_min).sum())
         if single:
             dur_ = (sampled_ * pc)[emits]
             streamed = float(dur_.sum())
@@ -467,47 +442,29 @@ class Run:
             s0_stream += streamed
             s0_tasks += int(emits.sum())
             s0_rbusy += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
-        # -- write the run back: the engine's, the processes' and the ports' accumulators --
-        proc.free_at, proc.busy, proc.tasks = free, p_busy, p_tasks
-        for label, total in (("schedule+launch", sched_total), ("detokenize", work_total)):
-            proc.by_label[label] = proc.by_label.get(label, 0.0) + total
-        eng.gap_sum, eng.gap_steps, eng.gap_max = gap_sum, gap_steps, gap_max
-        eng._after_idle = False
-        if rec is not None:
-            rec.busy[p_track] = p_rbusy
-        eng.gpu_free, eng.gpu_busy, eng.kv_sum, eng.kv_peak = gpu_free, gpu_busy, kv_sum, kv_peak
-        for p, (busy_time, moved, rbusy) in zip(ports, port_state):
-            p.booked_until, p.busy_time, p.bytes_moved = booked, busy_time, moved
-            if frec is not None:
-                frec.busy[p.track] = rbusy
-        if single:
             srv[0] = [s0_free, s0_busy, s0_tasks, s0_rbusy]
             stream_total[0] = s0_stream
+        # -- the run handed back to the components that own its state --
+        proc.settle_run(free, p_busy, p_tasks, p_rbusy, {"schedule+launch": sched_total, "detokenize": work_total})
+        eng.links.fabric.settle_run(ports, booked, secs_total, moved)
         for sv_, (f, busy, tasks, rbusy), streamed, tokenized in zip(servers, srv, stream_total, tok_total):
-            sv_.free_at, sv_.busy, sv_.tasks = f, busy, tasks
-            if streamed:
-                sv_.by_label["stream"] = sv_.by_label.get("stream", 0.0) + streamed
+            labels = {"stream": streamed} if streamed else {}
             if tokenized or "tokenize" in sv_.by_label:
-                sv_.by_label["tokenize"] = sv_.by_label.get("tokenize", 0.0) + tokenized
-            if sv_.recorder is not None:
-                sv_.recorder.busy[sv_.track] = rbusy
-        fe.next_rid = nxt
+                labels["tokenize"] = tokenized
+            sv_.settle_run(f, busy, tasks, rbusy, labels)
+        fe.took_arrivals(nxt)
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
         # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
         # detokenization or streaming there (wdet, wstr: 0)
-        eng.steps.extend(k, a0=times[:, 0], a1=times[:, 1], s0=times[:, 7], g0=times[:, 2], g1=times[:, 3], comm=0.0,
-                         d1=times[:, 4], wdet=0.0, wstr=0.0, batch=counts[:, 0], decode=counts[:, 1],
-                         prefill_tokens=counts[:, 2])
-        if eng.kv_steps is not None:
-            eng.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=counts[:, 3])
+        zeros = np.zeros(k)
+        step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
+                      "comm": zeros, "d1": times[:, 4], "e": times[:, 5], "wdet": zeros, "wstr": zeros}
+        eng.settle_run(k, step_times, counts, gpu_free0)
         srv_start[0] = times[:, 6]
         if spans:
             record_spans(self, k, first_step, times, counts, tok_spans, stream_spans)
-        zeros = np.zeros(k)
-        self._record(k, first_step, {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2],
-                                     "g1": times[:, 3], "comm": zeros, "d1": times[:, 4], "e": times[:, 5],
-                                     "wdet": zeros, "wstr": zeros}, srv_start)
+        self._record(k, first_step, step_times, srv_start)
         check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
         pool = sched.pool
         require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")

@@ -35,7 +35,7 @@ from .overlap import OVERLAP_MODES
 from .placements import PLACEMENTS
 from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
-from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost
+from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost, output_cost, schedule_cost
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
@@ -213,10 +213,7 @@ class Engine:
         if plan is None:
             return None
         batch = len(plan.decode) + len(plan.chunks)
-        cpu = self.cpu
-        # scheduling, then input preparation (building the input tensors, their H2D copy)
-        sched = (cpu.schedule_per_step + cpu.schedule_per_request * batch
-                 + cpu.prepare_per_step + cpu.prepare_per_request * batch)
+        sched = schedule_cost(self.cpu, batch)  # scheduling, then input preparation
         if self.spec is not None and len(plan.decode):  # a CPU proposer's drafts for this step
             sched += self.spec.proposer.cpu_time(plan.comp + 1, self.spec.k)
         return self._start(plan, sched)
@@ -356,6 +353,33 @@ class Engine:
         if self.kv_steps is not None:
             self.kv_steps.append(step=step.index, kv=step.kv_used)
 
+    def settle_run(self, k: int, times: dict, counts, gpu_free0: float) -> None:
+        """After a closed-form run of ``k`` steps (``decode_runs``): their rows in the step table
+        (``times``: the columns of ``STEP_TIMES`` and ``d1``; ``counts``: batch, decodes, prefill
+        tokens, KV blocks used, sampled ids per step) and what they add to the GPU's statistics, as
+        :meth:`_gpu_ran` adds one step's (the GPU was free from ``gpu_free0``)."""
+        g0, g1 = times["g0"], times["g1"]
+        used = counts[:, 3]
+        first_step = self.steps.size
+        self.steps.extend(k, a0=times["a0"], a1=times["a1"], s0=times["s0"], g0=g0, g1=g1, comm=times["comm"],
+                          d1=times["d1"], wdet=times["wdet"], wstr=times["wstr"], batch=counts[:, 0],
+                          decode=counts[:, 1], prefill_tokens=counts[:, 2])
+        if self.kv_steps is not None:
+            self.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=used)
+        gaps = g0 - np.concatenate(([gpu_free0], g1[:-1]))  # GPU idle before each step
+        if self._after_idle:
+            gaps = gaps[1:]  # the engine had waited for work: its first step's wait is no gap
+        if len(gaps):
+            self.gap_sum += float(gaps.sum())
+            self.gap_steps += len(gaps)
+            self.gap_max = max(self.gap_max, float(gaps.max()))
+        self._after_idle = False
+        busy = g1 - g0
+        self.gpu_free = float(g1[-1])
+        self.gpu_busy += float(busy.sum())
+        self.kv_sum += float((used * busy).sum())
+        self.kv_peak = max(self.kv_peak, int(used.max()))
+
     def _copied(self, step: Step, comm: float, d1: float) -> None:
         step.d1 = d1
         if checking():
@@ -419,9 +443,7 @@ class Engine:
     def output_work(self, n_tokens: int, send) -> float:
         """CPU seconds to detokenize ``n_tokens`` and build the outputs of the chunks that ``send``
         marks (all when None)."""
-        chunks = n_tokens if send is None else int(send.sum())
-        return (self.cpu.detokenize_step_fixed + self.cpu.detokenize_per_token * n_tokens
-                + self.cpu.output_per_request * chunks)
+        return output_cost(self.cpu, n_tokens, n_tokens if send is None else int(send.sum()))
 
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that

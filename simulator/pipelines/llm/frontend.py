@@ -77,7 +77,7 @@ class Frontend:
         if e > self.env.now:
             self._route_at(rid, e, k)
         else:
-            self._route(rid, k)
+            self.route(rid, k)
 
     def _route_at(self, rid: int, at: float, k: int | None = None) -> None:
         self._pending[rid] = at
@@ -85,7 +85,11 @@ class Frontend:
 
     def _route_later(self, rid: int, k: int | None) -> None:
         if self._pending.pop(rid, None) is not None:  # else a decode run routed it, or will again
-            self._route(rid, k)
+            self.route(rid, k)
+
+    def took_arrivals(self, upto: int) -> None:
+        """The open loop's requests below ``upto`` have arrived (handed over by the loop or taken by a run)."""
+        self.next_rid = upto
 
     def take_routes(self) -> list:
         """The tokenizations not yet routed, for a decode run to route as its steps pass their
@@ -104,7 +108,8 @@ class Frontend:
         """The replica the router sends request ``rid`` to."""
         return self.router.pick(self.engines, rid)
 
-    def _route(self, rid: int, k: int | None = None) -> None:
+    def route(self, rid: int, k: int | None = None) -> None:
+        """Hand tokenized request ``rid`` to replica ``k`` (the router's choice when None)."""
         if k is None:
             k = self._pick(rid)
         self.table.replica[rid] = k
@@ -150,24 +155,29 @@ class Frontend:
     def message_cost(self, emit) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server
         that holds some of ``emit`` (the receiving end costs as much, booked by :meth:`_receive`)."""
-        return sum(output_message_cost(self.sv, n) for n in self._counts(emit) if n)
+        return sum(output_message_cost(self.sv, n) for n in self._counts(emit).values())
 
-    def _receive(self, counts) -> dict:
+    def _receive(self, counts: dict) -> dict:
         """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
         if self.sv.shared or not self.cpu.has_ipc:
             return {}
-        return {j: cost for j, n in enumerate(counts) if n and (cost := output_message_cost(self.sv, int(n))) > 0}
+        return {j: cost for j, n in counts.items() if (cost := output_message_cost(self.sv, n)) > 0}
 
-    def _counts(self, emit) -> list[int]:
+    def _counts(self, emit) -> dict[int, int]:
+        """Requests of ``emit`` per API server that holds some (in server order): the work of a step
+        grows with the servers it touches, never with the servers there are."""
         if len(self.servers) == 1:
-            return [len(emit)]
-        return np.bincount(self.table.api[emit], minlength=len(self.servers)).tolist()
+            return {0: len(emit)} if len(emit) else {}
+        counts = np.bincount(self.table.api[emit], minlength=len(self.servers))
+        held = np.flatnonzero(counts)
+        return dict(zip(held.tolist(), counts[held].tolist()))
 
-    def _token_counts(self, emit, emitted) -> list[int]:
+    def _token_counts(self, emit, emitted) -> dict[int, int]:
         """Tokens per API server of a step whose requests emitted ``emitted`` tokens each."""
         if len(self.servers) == 1:
-            return [int(emitted.sum())]
-        return np.bincount(self.table.api[emit], weights=emitted, minlength=len(self.servers)).astype(int).tolist()
+            return {0: int(emitted.sum())}
+        tokens = np.bincount(self.table.api[emit], weights=emitted, minlength=len(self.servers)).astype(int)
+        return {j: int(tokens[j]) for j in self._counts(emit)}
 
     def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
         """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
@@ -184,26 +194,26 @@ class Frontend:
             return s + per_chunk * np.arange(1, len(sent_ids) + 1), starts
         lead = lead or {}
         if len(self.servers) == 1:
-            api, masks = None, {0: None}
-        else:
+            groups = {0: None} if len(sent_ids) or lead else {}
+        else:  # the chunks of each server that has some, in their order (a stable sort by server)
             api = self.table.api[sent_ids]
-            masks = {j: api == j for j in range(len(self.servers))}
+            order = np.argsort(api, kind="stable")
+            held, first, count = np.unique(api[order], return_index=True, return_counts=True)
+            groups = {j: order[a:a + n] for j, a, n in zip(held.tolist(), first.tolist(), count.tolist())}
+            groups.update((j, groups.get(j, order[:0])) for j in lead)
         done = np.empty(len(sent_ids))
-        for j, mask in masks.items():
-            server = self.servers[j]
-            n = len(sent_ids) if mask is None else int(mask.sum())
-            tasks = lead.get(j, ())
-            if not n and not tasks:
-                continue
-            for label, seconds in tasks:
+        for j in sorted(groups):
+            server, index = self.servers[j], groups[j]
+            n = len(sent_ids) if index is None else len(index)
+            for label, seconds in lead.get(j, ()):
                 server.submit(now, seconds, label)
             s, _ = server.submit(now, n * per_chunk, "stream")
             starts[j] = s
             ends = s + per_chunk * np.arange(1, n + 1)
-            if mask is None:
+            if index is None:
                 done = ends
             else:
-                done[mask] = ends
+                done[index] = ends
         return done, starts
 
     def stream(self, step: int, emit, send, prefill_flag, done, e: float) -> None:
@@ -225,14 +235,16 @@ class Frontend:
         receive = self._receive(counts)
         tokens = counts if emitted is None else self._token_counts(emit, emitted)
         lead = {}
-        for j, n in enumerate(counts):
-            if n:
-                lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
-                    ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]))]
+        for j in counts:
+            lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
+                ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]))]
         sent_ids = emit if send is None else emit[send]
         serialized, starts = self._serialize(sent_ids, now, per_chunk, lead)
-        e_tok = np.empty(len(emit))
-        api = t.api[emit] if len(self.servers) > 1 else np.zeros(len(emit), dtype=np.int64)
-        for j in lead:
-            e_tok[api == j] = starts[j]  # detokenized when the server's stream task begins
+        # detokenized when the server's stream task begins
+        if len(self.servers) == 1:
+            e_tok = np.full(len(emit), starts[0]) if lead else np.empty(len(emit))
+        else:
+            began = np.zeros(len(self.servers))
+            began[list(starts)] = list(starts.values())
+            e_tok = began[t.api[emit]]
         self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)

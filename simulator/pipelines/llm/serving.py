@@ -136,7 +136,7 @@ class ServingSystem:
                     yield env.timeout(wait)
                     if frontend.next_rid != rid:
                         continue  # a decode run took it (and those after it) meanwhile
-                frontend.next_rid = rid + 1
+                frontend.took_arrivals(rid + 1)
                 frontend.arrive(rid)
 
         env.process(open_loop())

@@ -85,6 +85,17 @@ def last_mile_costs(cpu, free: bool):
     return cpu.model_copy(update=dict.fromkeys(LAST_MILE_CPU_COSTS, 0.0)) if free else cpu
 
 
+def schedule_cost(cpu, batch: int) -> float:
+    """CPU seconds to schedule a step of ``batch`` requests and prepare its inputs (building the input
+    tensors, their H2D copy): per step and per request, for both."""
+    return cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step + cpu.prepare_per_request * batch
+
+
+def output_cost(cpu, tokens: int, chunks: int) -> float:
+    """CPU seconds to detokenize a step's ``tokens`` and build the outputs of its ``chunks``."""
+    return cpu.detokenize_step_fixed + cpu.detokenize_per_token * tokens + cpu.output_per_request * chunks
+
+
 def output_message_cost(settings, requests: int) -> float:
     """CPU seconds at one end of a message carrying ``requests`` entries of a step's outputs (free in
     the counterfactual with the last mile free; a request's own message in is never free)."""
