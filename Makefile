@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-series venv clean
+.PHONY: run test test-slow bench bench-series venv clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ run: $(STAMP)
 ## Install and run the test suite.
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## The slow tests the default run leaves out (every validation family, the notebooks, the report's suite);
+## CI runs them after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
 
 ## The speed benchmark (an explicit command, never part of the tests): `lastmile run` of the 10k-request
 ## trace scenario as a whole process, spans off and on, in seconds, MiB and reference units (1M SimPy

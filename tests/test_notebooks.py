@@ -11,6 +11,7 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_answers(path):

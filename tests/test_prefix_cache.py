@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from simulator.pipelines.llm.prefix_cache import PrefixCache
 from simulator.pipelines.llm.scheduler import Scheduler
@@ -110,6 +111,7 @@ def _mooncake(root, memory, requests=300):
     return sim.run(root / MOONCAKE, overrides=over).summary["prefix_cache"]
 
 
+@pytest.mark.slow
 def test_an_unbounded_cache_hits_exactly_the_traces_own_block_reuse(root):
     """The acceptance check of issue 15: on the Mooncake conversation trace replayed as published,
     the block hit rate with a cache that never evicts is the closed-form reuse of its hash_ids."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from simulator.report import suite
 
 
+@pytest.mark.slow
 def test_suite_csv_is_deterministic_and_checked(tmp_path, capsys, monkeypatch):
     out = suite.generate(tmp_path, suite.QUICK)
     text = (out / "summary.csv").read_text()

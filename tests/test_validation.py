@@ -194,10 +194,12 @@ def test_prefix_caching_cases_match_the_reference_csv():
         assert case.measured == {"prefix_hit_rate": float(rows[f"pc-mooncake-cacheratio-{trace}"]["value"])}
 
 
+@pytest.mark.slow
 def test_every_family_and_metric_has_a_tolerance(summary):
     assert set(zip(summary.family, summary.metric)) == set(TOLERANCE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(TOLERANCE))
 def test_family_within_tolerance(summary, key):
     if key in NEEDS_TRACES and not TRACES.is_dir():
@@ -208,12 +210,14 @@ def test_family_within_tolerance(summary, key):
     assert row.max_abs_pct <= mx, f"{key}: max |error| {row.max_abs_pct:.1f}% > {mx}%"
 
 
+@pytest.mark.slow
 def test_rows_have_signed_errors(table):
     assert list(table.columns[:6]) == ["family", "case", "metric", "predicted", "measured", "error_pct"]
     r = table[table.family == "llm_decode_batch1"].iloc[0]
     assert math.isclose(r.error_pct, 100 * (r.predicted - r.measured) / r.measured)
 
 
+@pytest.mark.slow
 def test_readme_block_is_rewritten_between_markers(tmp_path, table):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\nbefore\n{MARK_START}\nSTALE-BLOCK\n{MARK_END}\nafter\n")
@@ -256,6 +260,7 @@ def test_oom_rows_are_a_status_not_an_error():
     assert "| b | m | 5 | OOM | OOM missed |" in text and "missed (1 OOM mismatch)" in text
 
 
+@pytest.mark.slow
 def test_the_l20_distrifusion_oom_is_reported_as_a_miss(table, summary):
     row = table[(table.family == "dit_xdit_l20_strategies") & (table.case == "4096 distrifusion")].iloc[0]
     assert row.status == "missed_oom" and math.isnan(row.error_pct) and row.predicted > 0
@@ -283,6 +288,7 @@ def test_a_case_of_an_unknown_kind_names_its_key(tmp_path):
     assert "cases[0].kind" in str(err.value)
 
 
+@pytest.mark.slow
 def test_host_path_knee_within_one_step_of_the_sweep(table):
     """Where one API server saturates (throughput within 10% of the sweep's maximum from there on),
     simulated and measured on the real vLLM stack, is the same concurrency or the next."""

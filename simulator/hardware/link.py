@@ -158,10 +158,11 @@ class Fabric:
         rec = self.recorder
         for p in ports:
             p.booked_until = booked_until
-            p.busy_time += seconds
-            p.bytes_moved += nbytes
-            if rec is not None:
-                rec.add_busy(p.track, seconds)
+            if nbytes > 0:  # as :meth:`book`, a copy of nothing leaves no trace
+                p.busy_time += seconds
+                p.bytes_moved += nbytes
+                if rec is not None:
+                    rec.add_busy(p.track, seconds)
 
     def _run(self, ports: tuple[Port, ...], nbytes: float, latency: float, label: str,
              max_rate: float = float("inf")):

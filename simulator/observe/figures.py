@@ -54,7 +54,11 @@ def _unit(seconds: float) -> tuple[float, str]:
 
 def breakdown_figure(result, path: Path) -> bool:
     """Horizontal bars of the mean seconds per category; False when there is no breakdown."""
-    means = result.breakdown_means()
+    return draw_breakdown(result.breakdown_means(), _name(result), path)
+
+
+def draw_breakdown(means: dict, name: str, path: Path) -> bool:
+    """:func:`breakdown_figure` from the means alone."""
     if not means:
         return False
     plt = _plt()
@@ -68,7 +72,7 @@ def breakdown_figure(result, path: Path) -> bool:
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {100 * v / total:.1f}%",
                 va="center", fontsize=8)
     ax.set_xlabel(f"mean per request ({unit})")
-    ax.set_title(f"where the latency goes: {_name(result)}", fontsize=10)
+    ax.set_title(f"where the latency goes: {name}", fontsize=10)
     ax.margins(x=0.15)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -111,8 +115,16 @@ def latency_samples(result) -> dict[str, np.ndarray]:
 
 def cdf_figure(result, path: Path) -> bool:
     """One CDF panel per latency metric; False when no request completed."""
+    return draw_cdf(_sorted_samples(result), _name(result), path)
+
+
+def _sorted_samples(result) -> dict[str, np.ndarray]:
     samples = {k: np.sort(v[np.isfinite(v)]) for k, v in latency_samples(result).items()}
-    samples = {k: v for k, v in samples.items() if len(v)}
+    return {k: v for k, v in samples.items() if len(v)}
+
+
+def draw_cdf(samples: dict, name: str, path: Path) -> bool:
+    """:func:`cdf_figure` from each metric's sorted finite samples."""
     if not samples:
         return False
     plt = _plt()
@@ -129,7 +141,7 @@ def cdf_figure(result, path: Path) -> bool:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("fraction of samples")
-    fig.suptitle(f"latency distribution: {_name(result)}", fontsize=10)
+    fig.suptitle(f"latency distribution: {name}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -205,6 +217,11 @@ def _recorded_spans(rec, lo: float, hi: float) -> pd.DataFrame:
 def timeline_figure(result, path: Path) -> bool:
     """Bars per track (GPU, link, CPU) over a few steps from the middle of the run (where the spans
     are on disk, in a recorder, only the window's are read into memory)."""
+    return draw_timeline(_timeline_spans(result), _name(result), path)
+
+
+def _timeline_spans(result):
+    """The timeline's window ``(spans in it, lo, hi)``, or None when the run has no spans."""
     rec = getattr(result.trace_events, "spans", None)
     if hasattr(rec, "track_spans"):
         window = _recorded_window(rec)
@@ -212,11 +229,19 @@ def timeline_figure(result, path: Path) -> bool:
         rec, spans = None, result.spans
         window = timeline_window(spans) if spans is not None else None
     if window is None:
-        return False
+        return None
     lo, hi = window
     pad = 0.05 * (hi - lo)
     lo, hi = lo - pad, hi + pad
     sp = _recorded_spans(rec, lo, hi) if rec is not None else spans[(spans["end"] > lo) & (spans["start"] < hi)]
+    return sp, lo, hi
+
+
+def draw_timeline(window, name: str, path: Path) -> bool:
+    """:func:`timeline_figure` from the window's spans."""
+    if window is None:
+        return False
+    sp, lo, hi = window
     tracks = _busiest_tracks(sp, lo, hi)
     sp = sp[sp["track"].isin(tracks)]
     colors = dict(COLORS)
@@ -240,7 +265,7 @@ def timeline_figure(result, path: Path) -> bool:
     ax.invert_yaxis()
     ax.set_xlim(0, (hi - lo) * scale)
     ax.set_xlabel(f"time from {lo:.6g} s ({unit})")
-    ax.set_title(f"timeline of a few steps: {_name(result)}", fontsize=10)
+    ax.set_title(f"timeline of a few steps: {name}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -248,16 +273,27 @@ def timeline_figure(result, path: Path) -> bool:
     return True
 
 
-def write_run_figures(result, folder: str | Path) -> list[Path]:
-    """Draw the run's figures into ``folder``; returns the files written (a figure with nothing
-    to show, e.g. a CDF when no request completed, is skipped)."""
+def figure_data(result) -> tuple:
+    """What the run's figures draw, read from the result (its files included) into memory."""
+    return _name(result), result.breakdown_means(), _sorted_samples(result), _timeline_spans(result)
+
+
+def draw_figures(data: tuple, folder: str | Path) -> list[Path]:
+    """Draw the figures of :func:`figure_data`'s ``data`` into ``folder``; returns the files written
+    (a figure with nothing to show, e.g. a CDF when no request completed, is skipped)."""
+    name, *parts = data
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, draw in zip(FIGURES, (breakdown_figure, cdf_figure, timeline_figure)):
-        if draw(result, folder / name):
-            written.append(folder / name)
+    for file, draw, part in zip(FIGURES, (draw_breakdown, draw_cdf, draw_timeline), parts):
+        if draw(part, name, folder / file):
+            written.append(folder / file)
     return written
+
+
+def write_run_figures(result, folder: str | Path) -> list[Path]:
+    """Draw the run's figures into ``folder`` (:func:`draw_figures`)."""
+    return draw_figures(figure_data(result), folder)
 
 
 class FigureChild:
@@ -276,17 +312,19 @@ class FigureChild:
 
 def fork_figures(result, folder: Path) -> FigureChild | None:
     """Draw the run's figures in a forked child while the caller goes on (None where the platform
-    cannot fork: the caller draws them itself). The child writes only the figure files and leaves
-    with ``os._exit``, so nothing of the parent's is flushed or run twice."""
+    cannot fork: the caller draws them itself). What they show is read here first, so the child
+    touches none of the result's files (their offsets are shared with this process); it writes only
+    the figure files and leaves with ``os._exit``, so nothing of the parent's is flushed or run twice."""
     if not hasattr(os, "fork"):
         return None
+    data = figure_data(result)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         code = 0
         try:
             os.close(read)
-            write_run_figures(result, folder)
+            draw_figures(data, folder)
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
             os.write(write, f"{type(exc).__name__}: {exc}".encode()[:4000])
             code = 1

@@ -31,7 +31,6 @@ import numpy as np
 from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
 from ...observe.attribution import check_ordered
-from .links import SAMPLED_ID_BYTES
 from .run_records import record_spans, record_tokens
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
@@ -137,6 +136,7 @@ class Run:
         launch = eng.launch_cost
         ports, _ = eng.links.d2h_route
         lat, bw_min = eng.links.d2h_terms()
+        d2h_bytes = eng.links.d2h_bytes
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
         nserv = len(servers)
@@ -147,7 +147,7 @@ class Run:
             """A step's parts that depend on its size alone: scheduling and preparation, that plus the
             launches, the sampled ids' bytes and copy time, the output work, a chunk stream's time."""
             sched_c = schedule_cost(cpu, batch)
-            nbytes = SAMPLED_ID_BYTES * sampled
+            nbytes = d2h_bytes(sampled)
             return (sched_c, sched_c + launch, nbytes, copy_seconds(nbytes, bw_min),
                     output_cost(cpu, sampled, sampled) if sampled else 0.0, sampled * pc)
 
@@ -431,7 +431,7 @@ class Run:
         p_busy += sched_total + work_total
         p_tasks += k + int(emits.sum())
         p_rbusy += float((launched_ - start_)[sl_ > 0].sum()) + float((e_ - s2_)[emits & (work_ > 0)].sum())
-        nbytes_ = SAMPLED_ID_BYTES * sampled_[emits]
+        nbytes_ = eng.links.d2h_bytes(sampled_[emits])
         secs_total = moved = 0.0
         if len(nbytes_):
             moved, secs_total = float(nbytes_.sum()), float(copy_seconds(nbytes_, bw_min).sum())

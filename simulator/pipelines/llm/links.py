@@ -73,6 +73,10 @@ class ReplicaLinks:
             ports, lat = self.d2h_route
             yield from self.fabric.move(ports, SAMPLED_ID_BYTES * sampled, lat, label)
 
+    def d2h_bytes(self, sampled):
+        """Bytes the copy of ``sampled`` token ids moves (none in the counterfactual, where it is free)."""
+        return 0 * sampled if self.free_d2h else SAMPLED_ID_BYTES * sampled
+
     def d2h_terms(self) -> tuple[float, float]:
         """The copy's latency and its narrowest port's bandwidth (0 and infinite when it is free)."""
         if self.free_d2h:

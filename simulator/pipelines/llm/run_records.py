@@ -21,6 +21,7 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     has_sched = sl > 0
     has_d2h = sampled > 0
     has_detok = has_d2h & (work > 0)
+    copies = has_d2h & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
     gpus, nports = len(eng.gpu_tracks), len(ports)
     tok_before = np.zeros(k, dtype=np.int64)
     tok_after = np.zeros(k, dtype=np.int64)
@@ -36,10 +37,10 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
         if stream_spans:
             sk, sj, sst, sen = (np.array(c) for c in zip(*stream_spans))
             np.add.at(n_stream, sk, 1)
-    per_step = (has_sched + gpus + nports * has_d2h + tok_before + has_detok + tok_after + n_stream)
+    per_step = (has_sched + gpus + nports * copies + tok_before + has_detok + tok_after + n_stream)
     base = rec.count + np.cumsum(per_step) - per_step  # each step's first place in the order
     at_gpu = base + has_sched
-    at_tok = at_gpu + gpus + nports * has_d2h        # the first tokenization before the detokenization
+    at_tok = at_gpu + gpus + nports * copies         # the first tokenization before the detokenization
     at_detok = at_tok + tok_before
     at_stream = at_detok + has_detok + tok_after
     proc = eng.proc.track
@@ -55,7 +56,7 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     for g, track in enumerate(eng.gpu_tracks):
         rec.add_block(track, labels, g0, g1, cats, at_gpu + g)
     for p, port in enumerate(ports):
-        rec.add_block(port.track, "d2h", begin[has_d2h], d1[has_d2h], "link", (at_gpu + gpus + p)[has_d2h])
+        rec.add_block(port.track, "d2h", begin[copies], d1[copies], "link", (at_gpu + gpus + p)[copies])
     # the API servers: tokenizations (in the order they were booked) and stream tasks
     tok_seq = None
     if tok_spans:
