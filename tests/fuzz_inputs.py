@@ -306,7 +306,8 @@ LLM_KEYS = {
     "workload.output_tokens": TOKENS + HUGE(10**12),
     "slo": SECTION(),
     "slo.ttft": POS_SECONDS,
-    "slo.itl": POS_SECONDS,
+    "slo.tpot": POS_SECONDS,
+    "slo.e2el": POS_SECONDS,
     "max_sim_time": MAX_SIM_TIME,
 }
 

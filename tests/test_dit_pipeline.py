@@ -124,7 +124,7 @@ def test_json_contract_and_text_summary():
     for key in ("latency_s", "breakdown_share", "last_mile_share", "memory_per_gpu_gib",
                 "status", "requests_total", "requests_completed", "throughput"):
         assert key in s
-    assert set(s["latency_s"]) == {"p50", "p90", "p99", "mean"}
+    assert set(s["latency_s"]) == {"p50", "p90", "p95", "p99", "mean", "std"}
     assert set(s["breakdown_share"]) == set(CATEGORIES)
     assert s["status"] == "ok"
     spans = res.spans

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import simulator
+from simulator.errors import ConfigError
 from simulator.config.loader import load_scenario
 from simulator.observe import llm_metrics
 from simulator.pipelines.llm.pools import build_cost
@@ -167,14 +168,43 @@ def test_stream_interval_groups_tokens_into_chunks():
     result = simulator.run(merged(serving={"stream_interval": 4},
                                   workload={"requests": 1, "arrival": "all_at_once", "prompt_tokens": 100,
                                             "output_tokens": 9}))
-    # 9 tokens: the first at once, then chunks of 4 and 4: 8 gaps, 6 of them zero.
+    # 9 tokens: the first at once, then chunks of 4 and 4: two gaps between chunks (vllm bench serve's
+    # ITL), and in the per-token view 8 gaps, 6 of them zero
     itl = result.itl
-    assert len(itl) == 8 and int((itl == 0).sum()) == 6
-    assert result.summary["itl_ms"]["p50"] == 0.0
+    assert len(itl) == 2 and (itl > 0).all()
+    s = result.summary
+    assert s["itl_ms"]["p50"] == pytest.approx(1e3 * np.median(itl)) and s["itl_per_token_ms"]["p50"] == 0.0
+    assert s["itl_per_token_ms"]["mean"] == pytest.approx(1e3 * itl.sum() / 8)
     req = result.requests.iloc[0]
-    # the two non-zero gaps are the chunks' receipts: they add up to the time after the first token
+    # the two gaps are the chunks' receipts: they add up to the time after the first token
     assert itl.sum() == pytest.approx(req["last_token_s"] - req["first_token_s"], rel=1e-12)
     assert req["tpot_s"] == pytest.approx(itl.sum() / 8, rel=1e-12)
+    # ... so the per-chunk ITL is about stream_interval x TPOT, never 0
+    assert s["itl_ms"]["p50"] == pytest.approx(4 * 1e3 * req["tpot_s"], rel=0.2)
+
+
+def _most_in_flight(requests) -> int:
+    events = sorted([(a, 1) for a in requests["arrival_s"]] + [(e, -1) for e in requests["last_token_s"]])
+    return int(np.cumsum([d for _, d in events]).max())
+
+
+def test_a_rate_with_a_concurrency_limit_sends_when_both_allow():
+    # vllm bench serve --request-rate 40 --max-concurrency C: due at Poisson times, sent when a slot is free
+    w = {"requests": 120, "arrival": "poisson", "rate": "40/s", "prompt_tokens": 300, "output_tokens": 60}
+    free = simulator.run(merged(workload=w), last_mile_cost=False)
+    limited = simulator.run(merged(workload={**w, "concurrency": 4}), last_mile_cost=False)
+    one = simulator.run(merged(workload={**w, "concurrency": 1}), last_mile_cost=False)
+    assert _most_in_flight(free.requests) > 4 and _most_in_flight(limited.requests) == 4
+    r = one.requests.sort_values("arrival_s")
+    assert (r["arrival_s"].to_numpy()[1:] >= r["last_token_s"].to_numpy()[:-1] - 1e-12).all()  # one at a time
+    due = free.requests["arrival_s"].to_numpy()
+    assert (limited.requests["arrival_s"].to_numpy() >= due - 1e-12).all()  # never before it is due
+    assert limited.summary["duration_s"] > free.summary["duration_s"]
+
+
+def test_a_rate_means_nothing_to_a_closed_loop():
+    with pytest.raises(ConfigError, match="workload.rate.*closed loop sends each request when the last is received"):
+        simulator.load_scenario(merged(workload={"arrival": "closed", "concurrency": 4, "rate": "5/s"}))
 
 
 def test_closed_loop_keeps_concurrency():

@@ -45,9 +45,10 @@ def test_a_nan_in_the_sample_gives_nan_as_numpy_does():
 def test_stats_scales_numpys_percentiles_and_skips_non_finite_samples():
     rng = np.random.default_rng(3)
     v = rng.lognormal(-3, 1, 2001)
-    p50, p90, p99 = np.percentile(v, [50, 90, 99]) * 1e3
-    assert stats(v, 1e3) == {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(v.mean() * 1e3)}
+    p50, p90, p95, p99 = np.percentile(v, [50, 90, 95, 99]) * 1e3
+    assert stats(v, 1e3) == {"p50": float(p50), "p90": float(p90), "p95": float(p95), "p99": float(p99),
+                             "mean": float(v.mean() * 1e3), "std": float(v.std() * 1e3)}
     before = v.copy()
     assert stats(np.r_[v, np.nan, np.inf], 1e3) == stats(v, 1e3)
     assert np.array_equal(v, before)  # the caller's samples keep their order
-    assert stats(np.array([np.nan])) == {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert stats(np.array([np.nan])) == dict.fromkeys(("p50", "p90", "p95", "p99", "mean", "std"))

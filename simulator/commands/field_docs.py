@@ -205,7 +205,7 @@ FIELD_DOCS: dict[str, str] = {
     "Workload.burstiness": ("Gamma arrivals: coefficient of variation (CV) of the inter-arrival gaps (gamma "
                             "shape 1/CV^2), as Vidur uses it; 1 is Poisson, higher is burstier, lower smoother. "
                             "Every open-loop arrival process starts with its first request at t = 0."),
-    "Workload.concurrency": "Closed loop: requests kept in flight.",
+    "Workload.concurrency": "Closed loop: requests kept in flight. With an open arrival: the most in flight at once (vllm bench serve --max-concurrency): a request due while that many are in flight is sent when one is received.",
     "Workload.trace": ("Trace file, relative to the scenario file: a CSV (columns arrived_at in s, "
                        "num_prefill_tokens, num_decode_tokens) or, by its .jsonl extension, a Mooncake JSON-lines "
                        "trace (timestamp in ms, input_length, output_length, hash_ids of 512-token prompt blocks, "
@@ -235,8 +235,9 @@ FIELD_DOCS: dict[str, str] = {
     "Distribution.sigma": "Lognormal: sigma of the underlying normal.",
     "Distribution.max": "Lognormal: largest token count (samples are clipped).",
     "LLMScenario.slo": "Service-level objectives for goodput.",
-    "SLO.ttft": "Time to first token a request must meet.",
-    "SLO.itl": "Mean inter-token latency (TPOT) a request must meet.",
+    "SLO.ttft": "Time to first token a request must meet (vllm bench serve --goodput ttft).",
+    "SLO.tpot": "TPOT (mean time per output token after the first) a request must meet (vllm bench serve --goodput tpot).",
+    "SLO.e2el": "End-to-end latency a request must meet (vllm bench serve --goodput e2el); unset: not bounded.",
     "LLMScenario.max_sim_time": "Stop the simulation at this simulated time (null: when all requests finish).",
     # ---- DiT -----------------------------------------------------------------------------------
     "DiTScenario.model": "A catalog DiT (`lastmile catalog dits`) or a mapping {base: NAME, <key>: value}; "

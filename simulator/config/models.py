@@ -525,6 +525,11 @@ class Workload(Strict):
             return self._check_stages()
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival 'closed' needs workload.concurrency")
+        if self.arrival == "closed" and "rate" in self.model_fields_set and self.rate is not None:
+            raise ConfigError("a closed loop sends each request when the last is received, at no rate: drop "
+                              "workload.rate, or send at a rate with at most workload.concurrency in flight "
+                              "(arrival: poisson, as vllm bench serve --request-rate with --max-concurrency)",
+                              path="workload.rate")
         if self.arrival == "trace" and not self.trace:
             raise ValueError("arrival 'trace' needs workload.trace (a .csv or .jsonl path)")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
@@ -581,10 +586,21 @@ class Workload(Strict):
 
 
 class SLO(Strict):
-    """Service-level objectives; a request meets them if TTFT and its mean ITL are within."""
+    """Service-level objectives, with ``vllm bench serve --goodput``'s keys: a request is good when its
+    TTFT, its TPOT (mean time per output token after the first) and, where set, its E2E latency are
+    within them."""
 
     ttft: PositiveSeconds = 1.0
-    itl: PositiveSeconds = 0.1
+    tpot: PositiveSeconds = 0.1
+    e2el: Optional[PositiveSeconds] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data):
+        if isinstance(data, dict) and "itl" in data:
+            raise ConfigError("slo.itl bounded TPOT, the mean time per output token: name it slo.tpot "
+                              "(slo.e2el bounds the whole request)", path="slo.itl")
+        return data
 
 
 class ScenarioBase(Strict):

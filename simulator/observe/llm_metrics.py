@@ -22,6 +22,7 @@ from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
 from .columns import Columns
 from .stats import order_stats, stats as stats_of
 from .result import Result
+from .itl import ITL
 from .sketch import QuantileSketch
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
@@ -160,19 +161,17 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
         acc.after[cat] += float(after.sum())
 
 
-def itl_samples(rows, done: np.ndarray) -> np.ndarray:
-    """Inter-token gaps at the client: a chunk's gap to the previous chunk, then zeros for its other tokens.
-
-    Gaps come in (request, step) order, then the zeros; built block by block of requests into one array.
-    """
+def itl_samples(rows, done: np.ndarray) -> ITL:
+    """Inter-token gaps at the client: each chunk's gap to the previous chunk, in (request, step)
+    order, built block by block of requests into one array; and the further tokens of the chunks."""
     req = rows["req"]
     keep = rows["kind"] == SENT
     keep &= done[req]
     n_sel = int(np.count_nonzero(keep))
     if not n_sel:
-        return np.empty(0)
+        return ITL(np.empty(0))
     zeros = int(rows["tokens"].sum(where=keep, dtype=np.int64)) - n_sel
-    out = np.empty(n_sel + zeros)  # at most n_sel - 1 gaps
+    out = np.empty(n_sel)  # at most n_sel - 1 gaps
     at = 0
     R_all = rows["R"]
     for sel in _request_step_order(rows, keep, len(done), int(rows["step"].max(initial=0)) + 1):
@@ -181,8 +180,7 @@ def itl_samples(rows, done: np.ndarray) -> np.ndarray:
         gaps = (R[1:] - R[:-1])[same]
         out[at: at + len(gaps)] = gaps
         at += len(gaps)
-    out[at: at + zeros] = 0.0
-    return out[: at + zeros]
+    return ITL(out[:at], zeros)
 
 
 @dataclass(frozen=True)
@@ -334,22 +332,23 @@ def _kv_summary(stats: ServingStats, kv_blocks: int) -> dict:
 
 
 def _itl_summary(itl) -> tuple[dict, dict]:
-    """(p50/p90/p99/mean of the gaps in ms, their stalls: p99/p50 and how many exceed twice the
+    """(p50/p90/p95/p99/mean/std of the gaps in ms, their stalls: p99/p50 and how many exceed twice the
     median), from their sketch or from one partitioned copy of the gaps (millions at 10k requests)."""
     if isinstance(itl, QuantileSketch):
         if not itl.count:
-            return ({"p50": None, "p90": None, "p99": None, "mean": None},
+            return (dict.fromkeys(("p50", "p90", "p95", "p99", "mean", "std")),
                     {"p99_over_p50": None, "gaps_over_2x_median": 0})
-        p50, p90, p99 = (itl.quantile(q) for q in (0.5, 0.9, 0.99))
-        return ({"p50": p50 * 1e3, "p90": p90 * 1e3, "p99": p99 * 1e3, "mean": itl.total / itl.count * 1e3},
+        p50, p90, p95, p99 = (itl.quantile(q) for q in (0.5, 0.9, 0.95, 0.99))
+        return ({"p50": p50 * 1e3, "p90": p90 * 1e3, "p95": p95 * 1e3, "p99": p99 * 1e3,
+                 "mean": itl.total / itl.count * 1e3, "std": None},
                 {"p99_over_p50": float(p99 / p50) if p50 > 0 else None,
                  "gaps_over_2x_median": itl.count_above(2 * p50)})
     if not len(itl):
         return stats_of(itl, 1e3), {"p99_over_p50": None, "gaps_over_2x_median": 0}
     if np.isfinite(itl).all():  # every run's: one copy, one partition for the percentiles and the median
-        mean = float(itl.mean() * 1e3)
-        p50, p90, p99, median = order_stats(itl.copy(), median=True)
-        ms = {"p50": p50 * 1e3, "p90": p90 * 1e3, "p99": p99 * 1e3, "mean": mean}
+        mean, std = float(itl.mean() * 1e3), float(itl.std() * 1e3)
+        p50, p90, p95, p99, median = order_stats(itl.copy(), (50, 90, 95, 99), median=True)
+        ms = {"p50": p50 * 1e3, "p90": p90 * 1e3, "p95": p95 * 1e3, "p99": p99 * 1e3, "mean": mean, "std": std}
     else:  # the percentiles in ms are of the finite gaps, the stalls of them all
         ms = stats_of(itl, 1e3)
         p50, p99, median = order_stats(itl.copy(), (50, 99), median=True)
@@ -421,22 +420,26 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     e2e_total = float(e2e[done].sum())
     _check_breakdown(t, store, done, e2e, total, e2e_total)
     slo = scenario.slo
-    good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.itl)
+    good = done & (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.tpot)
+    if slo.e2el is not None:
+        good &= e2e <= slo.e2el
     arrival = t.arrival.values
     start, end = (float(np.nanmin(arrival[done])), float(np.nanmax(t.last_R[done]))) if n_done else (0.0, 0.0)
     span = max(end - start, 1e-12) if n_done else 1.0
     out_tokens = float(t.output[done].sum())
-    itl_ms, itl_stalls = _itl_summary(itl)
+    itl_ms, itl_stalls = _itl_summary(itl.chunks)
+    itl_per_token_ms, _ = _itl_summary(itl.per_token()) if itl.zeros else (itl_ms, None)
     summary = {
         "kind": "llm", "scenario": scenario.name, "requests_total": int(t.n), "requests_completed": n_done,
         "duration_s": end - start,
         "ttft_ms": stats_of(ttft[done], 1e3), "itl_ms": itl_ms, "tpot_ms": stats_of(tpot[done], 1e3),
-        "e2e_ms": stats_of(e2e[done], 1e3),
+        "e2e_ms": stats_of(e2e[done], 1e3), "itl_per_token_ms": itl_per_token_ms,
         "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": n_done / span,
                        "total_tokens_per_s": (out_tokens + float(t.prompt[done].sum())) / span},
         "goodput": {"requests_per_s": float(good.sum()) / span,
                     "slo_attainment": float(good.sum()) / max(n_done, 1),
-                    "slo": {"ttft_ms": slo.ttft * 1e3, "itl_ms": slo.itl * 1e3}},
+                    "slo": {"ttft_ms": slo.ttft * 1e3, "tpot_ms": slo.tpot * 1e3,
+                            "e2el_ms": None if slo.e2el is None else slo.e2el * 1e3}},
         "breakdown_share": {c: (total[c] / e2e_total if e2e_total else 0.0) for c in CATEGORIES},
         "last_mile_share": sum(total[c] for c in LAST_MILE) / e2e_total if e2e_total else 0.0,
         "itl_last_mile_share": sum(after.values()) / itl_sum if itl_sum else 0.0,
@@ -448,6 +451,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "memory_per_gpu_gib": memory, "steps": int(steps.size),
         "preemptions": int(store.column("preemptions").sum()),
     }
+    itl = itl.chunks
     if isinstance(itl, QuantileSketch):  # too many gaps to keep: their percentiles come from a sketch
         summary["itl_quantile_error"] = itl.rel_error
         itl = None

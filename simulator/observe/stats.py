@@ -48,7 +48,8 @@ def order_stats(v: np.ndarray, percents=PERCENTS, *, median: bool = False) -> li
 
 
 def stats(values: np.ndarray, scale: float = 1.0) -> dict:
-    """p50/p90/p99/mean of an array (NaN-free), scaled (e.g. 1e3 for ms).
+    """p50/p90/p95/p99, mean and standard deviation (numpy's, over n) of an array, finite values only,
+    scaled (e.g. 1e3 for ms).
 
     One copy of the samples at most (they can be millions of inter-token gaps): the finite ones,
     or, when all are, the copy the percentiles partition; the mean is taken before, in sample order.
@@ -60,7 +61,8 @@ def stats(values: np.ndarray, scale: float = 1.0) -> dict:
         v = v[finite]
     del finite
     if not len(v):
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
+        return dict.fromkeys(("p50", "p90", "p95", "p99", "mean", "std"))
     mean = float(v.mean() * scale)
-    p50, p90, p99 = order_stats(v.copy() if whole else v)
-    return {"p50": p50 * scale, "p90": p90 * scale, "p99": p99 * scale, "mean": mean}
+    std = float(v.std() * scale)
+    p50, p90, p95, p99 = order_stats(v.copy() if whole else v, (50, 90, 95, 99))
+    return {"p50": p50 * scale, "p90": p90 * scale, "p95": p95 * scale, "p99": p99 * scale, "mean": mean, "std": std}

@@ -23,12 +23,15 @@ class _Summary(BaseModel):
 
 
 class Percentiles(_Summary):
-    """p50/p90/p99 and mean of one metric over the completed requests (null when there are none)."""
+    """p50/p90/p95/p99, mean and standard deviation of one metric over the completed requests
+    (null when there are none; p95 and std are null where the samples are a sketch)."""
 
     p50: Optional[float]
     p90: Optional[float]
+    p95: Optional[float] = None
     p99: Optional[float]
     mean: Optional[float]
+    std: Optional[float] = None
 
 
 def _categories(names: tuple[str, ...]):
@@ -82,7 +85,8 @@ class LastMileCost(_Summary):
 
 class SLOLimits(_Summary):
     ttft_ms: float
-    itl_ms: float
+    tpot_ms: float
+    e2el_ms: Optional[float] = None
 
 
 class Goodput(_Summary):
@@ -158,7 +162,7 @@ class SpeculativeSummary(_Summary):
     rates, the tokens a verify step is expected to emit under them, the mean it emitted
     (acceptance length: accepted drafts plus the bonus, capped by the output length), the share of
     drafts accepted, how many request-steps verified drafts, and the inter-token latency per
-    received chunk (a chunk carries a step's tokens; ``itl_ms`` counts its further tokens as zero gaps)."""
+    received chunk (the summary's ``itl_ms``; ``itl_per_token_ms`` counts a chunk's further tokens as zero gaps)."""
 
     tokens: int
     acceptance: list[float]
@@ -200,7 +204,8 @@ class LLMSummary(RunSummary):
     memory_per_gpu_gib: LLMMemory
     duration_s: Optional[float] = None
     ttft_ms: Optional[Percentiles] = None
-    itl_ms: Optional[Percentiles] = None
+    itl_ms: Optional[Percentiles] = None  # per received chunk, as vllm bench serve measures it
+    itl_per_token_ms: Optional[Percentiles] = None  # a chunk's further tokens counted as 0 s gaps
     tpot_ms: Optional[Percentiles] = None
     e2e_ms: Optional[Percentiles] = None
     throughput: Optional[Throughput] = None

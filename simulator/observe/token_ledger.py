@@ -26,6 +26,7 @@ import numpy as np
 
 from . import attribution
 from .columns import Columns, RingColumns
+from .itl import ITL
 from .paged import CHUNK
 from .records import LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
 from .request_store import RequestStore
@@ -434,11 +435,11 @@ class TokenLedger:
         self.store.close()
         return self.store
 
-    def itl(self, done: np.ndarray) -> np.ndarray | QuantileSketch:
-        """Every done request's inter-token gaps at the client, then a zero per token that arrived in
-        a chunk after its first (in the order the gaps were made); or, for a run whose gaps outgrew
-        the exact store, the sketch of them all. ``done``: one flag per request (after :meth:`finish`);
-        called once, at the end."""
+    def itl(self, done: np.ndarray):
+        """Every done request's inter-token gaps at the client, one per received chunk after its
+        first (in the order they were made), and the further tokens of its chunks
+        (``llm_metrics.ITL``); for a run whose gaps outgrew the exact store, their sketch.
+        ``done``: one flag per request (after :meth:`finish`); called once, at the end."""
         self.flush()
         keep = done[self.gaps["req"]]
         self.gaps.drop("req")  # the last read: its memory goes before the percentiles copy the gaps
@@ -447,14 +448,10 @@ class TokenLedger:
         if self.sketch is not None:
             out = self.sketch.copy()
             out.add(self.gaps["gap"][keep])
-            out.add_zeros(zeros)
-            return out
-        if not zeros and keep.all():
-            return self.gaps["gap"]  # every gap is a done request's: the store itself, not a copy
-        out = np.empty(int(keep.sum()) + zeros)
-        out[: len(out) - zeros] = self.gaps["gap"][keep]
-        out[len(out) - zeros:] = 0.0
-        return out
+            return ITL(out, zeros)
+        if keep.all():
+            return ITL(self.gaps["gap"], zeros)  # every gap is a done request's: the store itself, not a copy
+        return ITL(self.gaps["gap"][keep], zeros)
 
 
 def _unset_as_inf(first_R: np.ndarray) -> np.ndarray:

@@ -74,12 +74,15 @@ def format_llm(result) -> str:
         f"{s['steps']} engine steps; {s['preemptions']} preemptions",
         "",
         f"  {'ms':<6} {'p50':>9} {'p90':>9} {'p99':>9} {'mean':>9}",
-        _row("TTFT", s["ttft_ms"]), _row("ITL", s["itl_ms"]), _row("TPOT", s["tpot_ms"]), _row("E2E", s["e2e_ms"]),
+        _row("TTFT", s["ttft_ms"]), _row("ITL", s["itl_ms"]),
+        *([_row("ITL/tk", s["itl_per_token_ms"])] if s.get("itl_per_token_ms") not in (None, s["itl_ms"]) else []),
+        _row("TPOT", s["tpot_ms"]), _row("E2E", s["e2e_ms"]),
         "",
         f"  throughput: {_n(s['throughput']['output_tokens_per_s'], '.1f')} output tok/s, "
         f"{_n(s['throughput']['requests_per_s'], '.2f')} req/s; goodput {_n(s['goodput']['requests_per_s'], '.2f')} req/s "
         f"({_n(s['goodput']['slo_attainment'], '.1f', 100)}% within TTFT<={_n(s['goodput']['slo']['ttft_ms'], 'g')} ms, "
-        f"TPOT<={_n(s['goodput']['slo']['itl_ms'], 'g')} ms)",
+        f"TPOT<={_n(s['goodput']['slo']['tpot_ms'], 'g')} ms"
+        + (f", E2E<={_n(s['goodput']['slo']['e2el_ms'], 'g')} ms)" if s['goodput']['slo'].get('e2el_ms') else ")"),
         "",
         "  where E2E goes (share of all requests' time):",
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 import simpy
 
@@ -128,6 +130,8 @@ class ServingSystem:
                 self.arrive(rid)
             return
 
+        send = frontend.arrive if self.scenario.workload.concurrency is None else self._limited()
+
         def open_loop():
             while frontend.next_rid < table.n:
                 rid = frontend.next_rid
@@ -137,9 +141,35 @@ class ServingSystem:
                     if frontend.next_rid != rid:
                         continue  # a decode run took it (and those after it) meanwhile
                 frontend.took_arrivals(rid + 1)
-                frontend.arrive(rid)
+                send(rid)
 
         env.process(open_loop())
+
+    def _limited(self):
+        """An open loop's sender with at most ``workload.concurrency`` requests in flight, as ``vllm bench
+        serve --request-rate R --max-concurrency C`` sends them: a request due while C are in flight
+        waits for one to be received (first due, first sent), and its latencies count from when it is
+        sent (``benchmarks/serve.py`` acquires the semaphore before the request function starts its clock)."""
+        env, limit = self.env, self.scenario.workload.concurrency
+        waiting: deque[int] = deque()
+        flight = [0]
+
+        def send(rid: int) -> None:
+            if flight[0] < limit:
+                flight[0] += 1
+                self.arrive(rid)
+            else:
+                waiting.append(rid)
+
+        def received(_rid: int, receipt: float) -> None:
+            flight[0] -= 1
+            if waiting:
+                nxt = waiting.popleft()
+                flight[0] += 1
+                env.timeout(receipt - env.now).callbacks.append(lambda _ev: self.arrive(nxt))
+
+        self.finish_callbacks.append(received)
+        return send
 
     def _transfer_summary(self) -> dict:
         t, dis = self.table, self.scenario.disaggregation
@@ -172,10 +202,9 @@ class ServingSystem:
             result.summary["kv_offload"] = tiers
         spec = spec_stats(e.spec for e in self.engines)
         if spec is not None:
-            # a chunk carries a step's accepted tokens: the gaps between chunks (what vllm bench
-            # serve's ITL measures; itl_ms counts a chunk's further tokens as zero gaps)
-            gaps = result.itl
-            spec["itl_per_chunk_ms"] = stats_of(gaps[gaps > 0], 1e3) if gaps is not None else None
+            # a chunk carries a step's accepted tokens: the gaps between chunks, the summary's itl_ms
+            # (what vllm bench serve's ITL measures; itl_per_token_ms counts the further tokens as 0 s gaps)
+            spec["itl_per_chunk_ms"] = result.summary["itl_ms"] if result.itl is not None else None
             result.summary["speculative"] = spec
         _assess(result.summary, scenario, table, cut)
         return result
@@ -235,7 +264,8 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
         for engine in by_role["prefill"]:
             engine.hand_off_to(system.handoff)
     elif scenario.coalesce_decode:
-        open_loop = scenario.workload.arrival != "closed"
+        # a closed loop's or a concurrency limit's next send depends on a receipt: not known in advance
+        open_loop = scenario.workload.arrival != "closed" and scenario.workload.concurrency is None
         for engine in frontend.engines:
             if not DecodeRuns.blockers(sv, engine, open_loop, len(frontend.engines)):
                 engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
