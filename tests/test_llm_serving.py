@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import simulator
-from simulator.errors import ConfigError
 from simulator.config.loader import load_scenario
 from simulator.observe import llm_metrics
 from simulator.pipelines.llm.pools import build_cost
@@ -202,9 +201,10 @@ def test_a_rate_with_a_concurrency_limit_sends_when_both_allow():
     assert limited.summary["duration_s"] > free.summary["duration_s"]
 
 
-def test_a_rate_means_nothing_to_a_closed_loop():
-    with pytest.raises(ConfigError, match="workload.rate.*closed loop sends each request when the last is received"):
-        simulator.load_scenario(merged(workload={"arrival": "closed", "concurrency": 4, "rate": "5/s"}))
+def test_a_rate_given_to_a_closed_loop_is_said_to_be_unused():
+    r = simulator.run(merged(workload={"arrival": "closed", "concurrency": 4, "rate": "5/s", "requests": 20}),
+                      last_mile_cost=False)
+    assert any(w.startswith("workload.rate (5/s) is not used: a closed loop") for w in r.summary["warnings"])
 
 
 def test_closed_loop_keeps_concurrency():

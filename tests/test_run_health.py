@@ -121,6 +121,35 @@ def test_a_burst_absorbed_in_one_batch_is_not_overload():
     assert health.overload_warning(arrival, finish, np.full(40, 0.01), np.ones(40, bool)) is None
 
 
+def test_a_growing_wait_for_the_first_token_is_overload_though_latency_is_flat():
+    """The engine admits faster than it completes: the queue before it grows (TTFT climbs), while the
+    end-of-run drain keeps the latency of the last arrivals from growing."""
+    arrival = np.linspace(0.0, 10.0, 300)
+    finish = np.linspace(30.0, 60.0, 300)  # completions at 10/s against 30/s offered
+    first = 0.5 * arrival  # TTFT climbs 0.5 s per second of arrivals
+    latency = np.full(300, 20.0)  # flat: no latency growth
+    assert health.overload_warning(arrival, finish, latency, np.ones(300, bool)) is None
+    w = health.overload_warning(arrival, finish, latency, np.ones(300, bool), first=first)
+    assert w.startswith("offered load exceeds capacity: requests arrive at 29.9/s but complete at 9.967/s "
+                        "sustained, and time to first output grows")
+    flat = health.overload_warning(arrival, finish, latency, np.ones(300, bool), first=np.full(300, 0.2))
+    assert flat is None  # a steady wait is no queue growing
+
+
+def test_a_short_overloaded_run_of_the_default_scenario_warns_by_its_first_tokens():
+    # 300 requests at 60/s: TTFT climbs through the run while the drain keeps E2E from growing
+    s = simulator.run(None, {"workload.rate": "60/s", "workload.requests": 300, "record_spans": False},
+                      last_mile_cost=False).summary
+    assert s["status"] == "ok" and "time to first output grows through the run" in s["warnings"][0]
+
+
+def test_a_saturated_api_server_is_named_as_the_bottleneck():
+    hint = health.saturated_hint({"gpu0": 0.4, "cpu:api_server0": 0.995, "cpu:engine0": 0.3})
+    assert hint == ("api_server0 was busy 99.5% of the run, the bottleneck: more API servers "
+                    "(serving.api_servers) would serve more")
+    assert health.saturated_hint({"gpu0": 1.0, "cpu:api_server0": 0.5}) is None
+
+
 def test_llm_overload_warns_with_offered_rate_and_throughput():
     over = simulator.run(None, {**SMALL_LLM, "workload.arrival": "poisson", "workload.rate": 40}).summary
     (w,) = over["warnings"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -66,12 +67,24 @@ def main(args) -> int:
         if client is not None:
             client.close()
     shown = [c for c in (*grid, "seed", "status", *HEADLINE) if c in df.columns]
+    table = df[shown].copy()
+    if "warnings" in df.columns:  # a point that warned says so in its status (the CSV keeps the text)
+        table["status"] = [_status(st, w) for st, w in zip(df["status"], df["warnings"])]
     with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format",
                            "{:.4g}".format):
-        print(df[shown].to_string(index=False))
+        print(table.to_string(index=False))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "sweep.csv", index=False)
         print(f"\nwrote {out / 'sweep.csv'} ({len(df)} rows, {len(df.columns)} columns)")
     return 0
+
+
+def _status(status: str, warnings) -> str:
+    """A point's status with its warnings named: ``ok, overloaded`` and the like."""
+    if not isinstance(warnings, str) or warnings in ("", "[]"):
+        return status
+    words = [("overloaded" if w.startswith("offered load exceeds capacity") else "warned")
+             for w in json.loads(warnings)]
+    return ", ".join([status, *dict.fromkeys(words)])

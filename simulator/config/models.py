@@ -525,11 +525,7 @@ class Workload(Strict):
             return self._check_stages()
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival 'closed' needs workload.concurrency")
-        if self.arrival == "closed" and "rate" in self.model_fields_set and self.rate is not None:
-            raise ConfigError("a closed loop sends each request when the last is received, at no rate: drop "
-                              "workload.rate, or send at a rate with at most workload.concurrency in flight "
-                              "(arrival: poisson, as vllm bench serve --request-rate with --max-concurrency)",
-                              path="workload.rate")
+
         if self.arrival == "trace" and not self.trace:
             raise ValueError("arrival 'trace' needs workload.trace (a .csv or .jsonl path)")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:

@@ -409,7 +409,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
     t = table
     store, after, itl = _finished(t, steps, rows)
     # the table's columns are released: what is read of them after the run comes from the store
-    t.finished, t.last_R = store.column("finished"), store.column("last_R")
+    t.finished, t.last_R, t.first_R = store.column("finished"), store.column("last_R"), store.column("first_R")
     done = t.finished & np.isfinite(t.last_R)
     n_done = int(np.count_nonzero(done))
     ttft, tpot, e2e = _latencies(t, store)

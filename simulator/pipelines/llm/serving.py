@@ -19,7 +19,7 @@ from ...observe.stats import stats as stats_of
 from ...observe.token_ledger import TokenLedger
 from ...workloads.arrivals import make_requests
 from ...workloads.llm import LLMCostModel
-from ..health import assess, overload_warning, was_cut
+from ..health import assess, overload_warning, saturated_hint, was_cut
 from .decode_runs import DecodeRuns
 from .engine import Engine, Records, Replica, RequestTable
 from .frontend import Frontend
@@ -324,7 +324,14 @@ def _assess(summary: dict, scenario, table: RequestTable, cut: bool) -> None:
         summary["last_mile_share"] = summary["itl_last_mile_share"] = None
     extra = []
     if w.arrival != "closed":
-        extra.append(overload_warning(table.arrival, table.last_R, table.last_R - table.arrival, done))
+        overload = overload_warning(table.arrival, table.last_R, table.last_R - table.arrival, done,
+                                    first=table.first_R - table.arrival)
+        hint = saturated_hint(summary.get("utilization") or {}) if overload else None
+        extra.append(overload if hint is None else f"{overload}; {hint}")
+    elif "rate" in w.model_fields_set and w.rate is not None:
+        extra.append(f"workload.rate ({w.rate:g}/s) is not used: a closed loop sends each request when the last is "
+                     "received; for a rate with a limit in flight use an open arrival with workload.concurrency "
+                     "(vllm bench serve --request-rate with --max-concurrency)")
     ordered = list(summary.items())  # status right after the scenario's name
     summary.clear()
     for k, v in ordered:
