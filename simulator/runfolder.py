@@ -26,6 +26,17 @@ def safe_name(name: str) -> str:
     return slug[:80] or "run"
 
 
+def run_name(name: str, overrides: dict) -> str:
+    """The name of a run of scenario ``name`` with ``--set`` ``overrides``: the scenario's, plus what
+    was changed (``default-llama3-8b-h100-chat+model=llama-3-70b+parallel.tp=8``), so its folder
+    and its summary say what ran; an override of ``name`` itself is taken as it is."""
+    if not overrides or "name" in overrides:
+        return name
+    changes = "+".join(f"{key}={value}" if not isinstance(value, (dict, list)) else key
+                       for key, value in overrides.items())
+    return f"{name}+{changes}"[:160]
+
+
 def _written_by_a_run(p: Path) -> bool:
     return p.is_file() and (p.name in RUN_FILES or p.suffix == ".png")
 
@@ -70,8 +81,9 @@ def _remove_run_folder(path: Path) -> None:
     path.rmdir()
 
 
-def write_run(result, out: Path) -> Path:
-    """Write ``result`` to ``out`` atomically: into a temporary sibling first, then moved into place."""
+def write_run(result, out: Path, trace: bool = True) -> Path:
+    """Write ``result`` to ``out`` atomically: into a temporary sibling first, then moved into place
+    (without trace.json when ``trace`` is False)."""
     check_out(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +91,7 @@ def write_run(result, out: Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
     try:
-        result.write(tmp, parallel=True)
+        result.write(tmp, parallel=True, trace=trace)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             old.rmdir()

@@ -29,6 +29,15 @@ def test_run_default_writes_the_run_folder(tmp_path):
     assert any(e["ph"] == "X" for e in trace["traceEvents"])
 
 
+def test_no_trace_writes_the_run_folder_without_it(tmp_path):
+    out = tmp_path / "run"
+    proc = lastmile("run", *SMALL, "--out", str(out), "--no-trace")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".png") == [
+        "breakdown.csv", "requests.csv", "scenario.yaml", "summary.json"]
+    assert (out / "latency_cdf.png").is_file() and "trace.json" not in proc.stdout
+
+
 def test_json_summary_has_the_contract_keys():
     proc = lastmile("run", *SMALL, "--json", "--no-write")
     assert proc.returncode == 0, proc.stderr
@@ -115,3 +124,13 @@ def test_help_of_every_command(command):
     proc = lastmile(*([command] if command else []), "--help")
     assert proc.returncode == 0, proc.stderr
     assert "usage: lastmile" in proc.stdout
+
+
+def test_a_run_changed_with_set_is_named_after_what_ran(tmp_path):
+    from simulator.runfolder import run_name
+
+    assert run_name("base", {}) == "base" and run_name("base", {"name": "mine"}) == "base"
+    assert run_name("base", {"model": "llama-3-70b", "parallel.tp": 8}) == "base+model=llama-3-70b+parallel.tp=8"
+    proc = lastmile("run", *SMALL, "--set", "parallel.tp=2", "--json", "--no-write")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["scenario"].endswith("+parallel.tp=2")

@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="run folder (default: runs/<scenario>-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of the text summary")
     p.add_argument("--no-write", action="store_true", help="do not write a run folder")
+    p.add_argument("--no-trace", action="store_true",
+                   help="write the run folder without trace.json (the Perfetto timeline: the largest file of a "
+                        "long run with spans)")
     p.add_argument("--no-last-mile-cost", action="store_true",
                    help="skip the counterfactual with the last mile free (an LLM run's last_mile_cost: a second "
                         "simulation of the same scenario and seed)")
@@ -33,12 +36,13 @@ def main(args) -> int:
         from ..api import load_scenario, run_loaded
         from ..config.loader import parse_override
         from ..report.text import format_summary
-        from ..runfolder import check_out, default_out, write_run
+        from ..runfolder import check_out, default_out, run_name, write_run
 
         overrides = dict(parse_override(o) for o in args.overrides)
         if args.out and not args.no_write:
             check_out(Path(args.out))  # before simulating: a refused folder costs nothing
         scenario = load_scenario(args.scenario, overrides)
+        scenario = scenario.model_copy(update={"name": run_name(scenario.name, overrides)})
     finally:
         gc.enable()
     result = run_loaded(scenario, args.scenario, not args.no_last_mile_cost)
@@ -47,7 +51,8 @@ def main(args) -> int:
         raise ConfigError(s["message"], file=args.scenario or "<default scenario>", path=s["memory_key"])
     out = None
     if not args.no_write:
-        out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name))
+        out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name),
+                        trace=not args.no_trace)
     for warning in result.summary.get("warnings") or ():  # after the write: an error is then the only line
         print(f"lastmile: warning: {warning}", file=sys.stderr)
     if args.json:
@@ -56,6 +61,6 @@ def main(args) -> int:
     else:
         print(format_summary(result))
         if out is not None:
-            print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json, "
-                  "figures)")
+            trace = "" if args.no_trace else " trace.json,"
+            print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml,{trace} figures)")
     return 0

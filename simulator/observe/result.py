@@ -173,16 +173,17 @@ class Result:
             for i, chunk in enumerate(raw.chunks()):
                 chunk.to_csv(fh, header=i == 0, index=chunk.index.name is not None)
 
-    def write(self, out_dir: str | Path, figures: bool = True, parallel: bool = False) -> Path:
+    def write(self, out_dir: str | Path, figures: bool = True, parallel: bool = False, trace: bool = True) -> Path:
         """Write summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json and (unless
         ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`); with
         ``parallel``, the figures are drawn in a forked process while this one writes the rest (the
-        command line's run folder: Matplotlib's import and rendering then cost no wall time of their own)."""
+        command line's run folder: Matplotlib's import and rendering then cost no wall time of their own);
+        without ``trace``, no trace.json."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         child = fork_figures(self, out) if figures and parallel else None
         try:
-            self._write_files(out)
+            self._write_files(out, trace)
         finally:
             if child is not None:
                 child.join()  # raises where the figures could not be drawn
@@ -190,12 +191,14 @@ class Result:
             write_run_figures(self, out)
         return out
 
-    def _write_files(self, out: Path) -> None:
+    def _write_files(self, out: Path, with_trace: bool = True) -> None:
         (out / "summary.json").write_text(json.dumps(json_safe(self.summary), indent=2, allow_nan=False) + "\n")
         for name in ("requests", "breakdown"):
             self._write_csv(name, out / f"{name}.csv")
         (out / "scenario.yaml").write_text(yaml.safe_dump(self.resolved_scenario(), sort_keys=False))
         trace = self.trace_events
+        if not with_trace:
+            return
         if hasattr(trace, "write"):
             trace.write(out / "trace.json")
         else:
