@@ -134,3 +134,27 @@ def test_a_run_changed_with_set_is_named_after_what_ran(tmp_path):
     proc = lastmile("run", *SMALL, "--set", "parallel.tp=2", "--json", "--no-write")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["scenario"].endswith("+parallel.tp=2")
+
+
+def test_vllm_bench_format_prints_vllms_block_and_saves_its_keys(tmp_path):
+    saved = tmp_path / "result.json"
+    proc = lastmile("run", "--set", "workload.requests=60", "--set", "serving.stream_interval=8", "--no-write",
+                    "--no-last-mile-cost", "--format", "vllm-bench", "--percentiles", "50,99", "--save-result",
+                    str(saved))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============" and lines[-1] == "=" * 50
+    shown = {line[:40].strip(): float(line[41:]) for line in lines if line[:1] not in "=-" and line[41:].strip()}
+    r = json.loads(saved.read_text())
+    assert shown["Successful requests:"] == r["completed"] == 60
+    for key, label in (("median_itl_ms", "Median ITL (ms):"), ("p99_ttft_ms", "P99 TTFT (ms):"),
+                       ("p50_tpot_ms", "P50 TPOT (ms):"), ("mean_tpot_ms", "Mean TPOT (ms):")):
+        assert shown[label] == pytest.approx(r[key], abs=0.005)
+    # a chunk carries 8 tokens: the per-chunk ITL is about 8 TPOTs, never 0
+    assert 4 * r["median_tpot_ms"] < r["median_itl_ms"] < 12 * r["median_tpot_ms"]
+    assert {"std_ttft_ms", "total_input_tokens", "total_output_tokens", "output_throughput"} <= set(r)
+
+
+def test_bad_percentiles_are_one_line():
+    proc = lastmile("run", "--no-write", "--format", "vllm-bench", "--percentiles", "50,abc")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--percentiles" in proc.stderr

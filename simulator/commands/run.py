@@ -18,6 +18,14 @@ def add_arguments(p) -> None:
                    help="override a scenario key, e.g. --set serving.overlap=async (repeatable)")
     p.add_argument("--out", help="run folder (default: runs/<scenario>-<timestamp>)")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout instead of the text summary")
+    p.add_argument("--format", choices=("text", "json", "vllm-bench"), default=None,
+                   help="what to print: the text summary (default), summary.json (as --json), or the result "
+                        "block vllm bench serve prints, from the same run")
+    p.add_argument("--percentiles", default=None, metavar="P,P,...",
+                   help="percentiles of TTFT, TPOT and ITL for --format vllm-bench and --save-result (vllm bench "
+                        "serve's --metric-percentiles; default 99)")
+    p.add_argument("--save-result", default=None, metavar="FILE",
+                   help="also write the run's metrics as the JSON keys vllm bench serve --save-result writes")
     p.add_argument("--no-write", action="store_true", help="do not write a run folder")
     p.add_argument("--no-trace", action="store_true",
                    help="write the run folder without trace.json (the Perfetto timeline: the largest file of a "
@@ -38,7 +46,11 @@ def main(args) -> int:
         from ..report.text import format_summary
         from ..runfolder import check_out, default_out, run_name, write_run
 
+        from ..report.vllm_bench import parse_percentiles
+
         overrides = dict(parse_override(o) for o in args.overrides)
+        percentiles = parse_percentiles(args.percentiles)
+        fmt = args.format or ("json" if args.json else "text")
         if args.out and not args.no_write:
             check_out(Path(args.out))  # before simulating: a refused folder costs nothing
         scenario = load_scenario(args.scenario, overrides)
@@ -55,12 +67,35 @@ def main(args) -> int:
                         trace=not args.no_trace)
     for warning in result.summary.get("warnings") or ():  # after the write: an error is then the only line
         print(f"lastmile: warning: {warning}", file=sys.stderr)
-    if args.json:
+    if args.save_result:
+        from ..report.vllm_bench import result_json
+        _save(Path(args.save_result), result_json(result, percentiles))
+    if fmt == "json":
         json.dump(result.summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif fmt == "vllm-bench":
+        from ..report.vllm_bench import result_block
+        print(result_block(result, percentiles))
     else:
         print(format_summary(result))
         if out is not None:
             trace = "" if args.no_trace else " trace.json,"
             print(f"\nrun folder: {out}  (summary.json, requests.csv, breakdown.csv, scenario.yaml,{trace} figures)")
     return 0
+
+
+def _save(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON at ``path`` whole or not at all (a temporary file renamed into place)."""
+    import os
+    import tempfile
+
+    if path.is_dir():
+        raise ConfigError("is a folder; name a file", file=f"--save-result {path}")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write it ({exc.strerror or exc})", file=f"--save-result {path}") from None

@@ -436,6 +436,7 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "e2e_ms": stats_of(e2e[done], 1e3), "itl_per_token_ms": itl_per_token_ms,
         "throughput": {"output_tokens_per_s": out_tokens / span, "requests_per_s": n_done / span,
                        "total_tokens_per_s": (out_tokens + float(t.prompt[done].sum())) / span},
+        "tokens": {"input_total": int(t.prompt[done].sum()), "output_total": int(out_tokens)},
         "goodput": {"requests_per_s": float(good.sum()) / span,
                     "slo_attainment": float(good.sum()) / max(n_done, 1),
                     "slo": {"ttft_ms": slo.ttft * 1e3, "tpot_ms": slo.tpot * 1e3,

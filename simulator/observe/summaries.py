@@ -61,6 +61,13 @@ class Throughput(_Summary):
     total_tokens_per_s: Optional[float]
 
 
+class Tokens(_Summary):
+    """Prompt and generated tokens of the completed requests (vllm bench serve's totals)."""
+
+    input_total: int
+    output_total: int
+
+
 class CostPercentiles(_Summary):
     """What the last mile costs in one metric (ms): the run's figure minus the counterfactual's."""
 
@@ -204,6 +211,7 @@ class LLMSummary(RunSummary):
     memory_per_gpu_gib: LLMMemory
     duration_s: Optional[float] = None
     ttft_ms: Optional[Percentiles] = None
+    tokens: Optional[Tokens] = None
     itl_ms: Optional[Percentiles] = None  # per received chunk, as vllm bench serve measures it
     itl_per_token_ms: Optional[Percentiles] = None  # a chunk's further tokens counted as 0 s gaps
     tpot_ms: Optional[Percentiles] = None
