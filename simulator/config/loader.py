@@ -368,11 +368,12 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     if isinstance(dis, dict) and dis.get("kv_link") is not None:
         dis["kv_link"] = resolver.ref(dis["kv_link"], "links", "disaggregation.kv_link")
     workload = raw.get("workload")
-    if isinstance(workload, dict) and isinstance(workload.get("trace"), str) and workload["trace"]:
-        tp = Path(workload["trace"])
-        if not tp.is_absolute() and not tp.is_file():
-            tp = base_dir / tp
-        workload["trace"] = str(tp)
+    for key in ("trace", "tokenizer"):  # files next to the scenario, unless they name one from here
+        if isinstance(workload, dict) and isinstance(workload.get(key), str) and workload[key]:
+            tp = Path(workload[key])
+            if not tp.is_absolute() and not tp.exists():
+                tp = base_dir / tp
+            workload[key] = str(tp)
     return kind.scenario, resolver
 
 

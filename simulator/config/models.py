@@ -493,6 +493,9 @@ class Workload(Strict):
     burstiness: Annotated[Number, Field(ge=0.01, le=100)] = 1.0
     concurrency: Optional[Count(1_000_000)] = None
     trace: Optional[str] = None
+    tokenizer: Optional[str] = Field(None, description=(
+        "A ShareGPT dataset's tokenizer: the model's tokenizer.json, or the folder holding it (counts the "
+        "conversations' tokens as vllm bench serve does; read locally, never downloaded)."))
     trace_time_scale: Annotated[Number, Field(ge=1e-6, le=1e6)] = 1.0
     trace_repeat: bool = False
     # A request whose prompt and output exceed the model's context: an error, or (as Vidur's
@@ -528,6 +531,13 @@ class Workload(Strict):
 
         if self.arrival == "trace" and not self.trace:
             raise ValueError("arrival 'trace' needs workload.trace (a .csv or .jsonl path)")
+        sharegpt = bool(self.trace) and self.trace.lower().endswith(".json")
+        if sharegpt and self.arrival == "trace":
+            raise ConfigError("a ShareGPT dataset has lengths but no arrival times: send it with an arrival process "
+                              "(poisson, gamma, constant, all_at_once or closed)", path="workload.arrival")
+        if self.tokenizer is not None and not sharegpt:
+            raise ConfigError("workload.tokenizer counts a ShareGPT dataset's tokens (workload.trace: a .json file); "
+                              "this workload has none", path="workload.tokenizer")
         if self.arrival in ("poisson", "gamma", "constant") and self.rate is None:
             raise ValueError(f"arrival '{self.arrival}' needs workload.rate")
         return self

@@ -1,11 +1,12 @@
 """Reading request traces and checking them against the scenario that replays them, at load time, so a
 bad row is a one-line error before any run.
 
-Two formats, chosen by the file's extension: CSV (``arrived_at`` in s, ``num_prefill_tokens``,
-``num_decode_tokens``: the Splitwise/Vidur traces) and JSON lines (``.jsonl``: the Mooncake traces,
+Three formats, chosen by the file's extension: CSV (``arrived_at`` in s, ``num_prefill_tokens``,
+``num_decode_tokens``: the Splitwise/Vidur traces), JSON lines (``.jsonl``: the Mooncake traces,
 one object per line with ``timestamp`` in ms, ``input_length``, ``output_length`` and ``hash_ids``,
 the ids of the prompt's 512-token blocks, which the workload turns into
-:class:`~simulator.workloads.prefix.PrefixIds`)."""
+:class:`~simulator.workloads.prefix.PrefixIds`), and ShareGPT JSON (``.json``: conversations whose
+lengths the model's tokenizer counts, ``config.sharegpt``; no times)."""
 
 from __future__ import annotations
 
@@ -276,6 +277,18 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:
     return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).head(limit)
 
 
+def workload_rows(workload, limit: int | None = None) -> TraceRows:
+    """The rows a workload's trace gives: a request trace's (CSV, JSON lines), or a ShareGPT dataset's
+    lengths (``config.sharegpt``: no arrival times, all 0; the arrival process sets them)."""
+    from .sharegpt import is_sharegpt, read_sharegpt
+
+    if is_sharegpt(workload.trace):
+        prompt, output = read_sharegpt(workload.trace, getattr(workload, "tokenizer", None),
+                                       workload.requests if limit is None else limit)
+        return TraceRows(np.zeros(len(prompt)), prompt, output)
+    return read_trace(workload.trace, limit=limit)
+
+
 def repeat_period(arrived_at: np.ndarray) -> float:
     """Time (trace units) between a repetition's first arrival and the next repetition's: the trace's span
     plus its mean inter-arrival gap (``span x rows / (rows - 1)``; 0 for a one-row trace)."""
@@ -306,7 +319,7 @@ def check_trace(scenario) -> None:
     w = scenario.workload
     if not w.trace:
         return
-    df = read_trace(w.trace)
+    df = workload_rows(w)
     name = Path(w.trace).name
     repeat = getattr(w, "trace_repeat", False)
     if len(df) < w.requests and not repeat:

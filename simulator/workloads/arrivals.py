@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.trace import fit_to_context, read_trace, repeated_arrivals, repeated_rows
+from ..config.trace import fit_to_context, repeated_arrivals, repeated_rows, workload_rows
 from ..errors import ConfigError
 from .prefix import PrefixIds, trace_ids
 from .sessions import draw_sessions, synthetic_ids
@@ -183,7 +183,7 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
     a CSV trace or plain synthetic lengths carry none (``prefix`` None)."""
     prefix = session = None
     if workload.trace:
-        df = read_trace(workload.trace, limit=workload.requests)
+        df = workload_rows(workload, limit=workload.requests)
         prompt, output, at, prefix = df.num_prefill_tokens, df.num_decode_tokens, df.arrived_at, trace_ids(df)
         n = len(df)
         if getattr(workload, "trace_repeat", False) and workload.requests > n:
