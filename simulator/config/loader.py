@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError
 from ..kinds import DEFAULT_KIND, KINDS, Kind
 from . import catalog
+from .hf_config import is_hf_config, spec_from_hf
 from .yamlio import YAMLInputError, load_file, loads
 
 _SHORT = reprlib.Repr()
@@ -95,6 +96,8 @@ class _Resolver:
         if isinstance(value, str):
             if value.endswith((".yaml", ".yml")):
                 return self.profile(value, key, profile_key or kind.rstrip("s"))
+            if kind == "llms" and (is_hf_config(value) or is_hf_config(str(self.base_dir / value))):
+                return spec_from_hf(value, self.base_dir)
             value = {"base": value}
         if not isinstance(value, dict):
             raise ConfigError(f"expected a catalog name or a mapping, got {value!r}", path=key)
