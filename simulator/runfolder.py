@@ -26,6 +26,17 @@ def safe_name(name: str) -> str:
     return slug[:80] or "run"
 
 
+def check_file_out(path: str | Path, flag: str) -> Path:
+    """A file a command is to write (``flag`` names the option): refused before any work when it is a
+    folder or its folder does not exist."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError("is a folder; name a file", file=f"{flag} {path}")
+    if not p.parent.is_dir():
+        raise ConfigError(f"its folder {str(p.parent)!r} does not exist", file=f"{flag} {path}")
+    return p
+
+
 def run_name(name: str, overrides: dict) -> str:
     """The name of a run of scenario ``name`` with ``--set`` ``overrides``: the scenario's, plus what
     was changed (``default-llama3-8b-h100-chat+model=llama-3-70b+parallel.tp=8``), so its folder

@@ -138,8 +138,8 @@ def connect(address: str):
         raise LastmileError("running on a cluster needs Dask: pip install 'lastmile-sim[cluster]'") from None
     try:
         return Client(address, timeout="10s")
-    except OSError as exc:
-        raise LastmileError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:  # unreachable, or not an address Dask can parse
+        raise LastmileError(f"cannot reach the Dask scheduler at {address}: {str(exc).splitlines()[0]}") from None
 
 
 def _run_dask(scenarios: list, client, bar, point=run_point) -> list[dict]:

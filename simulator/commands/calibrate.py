@@ -54,6 +54,10 @@ def main(args) -> int:
 
     if args.max_iter < 0:
         raise ConfigError(f"--max-iter must be >= 0, got {args.max_iter}")
+    if getattr(args, "out", None):
+        from ..runfolder import check_file_out
+
+        check_file_out(args.out, "--out")
     rows = read_measurements(args.measurements)
     say = None if progress.level() == progress.QUIET else (lambda s: print(f"calibrate: {s}", file=sys.stderr))
     result = fit(rows, args.hardware, args.cpu, max_iter=args.max_iter, progress=say)

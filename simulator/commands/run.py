@@ -44,12 +44,16 @@ def main(args) -> int:
         from ..api import load_scenario, run_loaded
         from ..config.loader import parse_override
         from ..report.text import format_summary
-        from ..runfolder import check_out, default_out, run_name, write_run
+        from ..runfolder import check_file_out, check_out, default_out, run_name, write_run
 
         from ..report.vllm_bench import parse_percentiles
 
+        if args.out is not None and not args.out.strip():
+            raise ConfigError("is empty; name the run folder, or leave --out out for runs/<name>-<time>", file="--out")
         overrides = dict(parse_override(o) for o in args.overrides)
         percentiles = parse_percentiles(args.percentiles)
+        if args.save_result:
+            check_file_out(args.save_result, "--save-result")  # before simulating
         fmt = args.format or ("json" if args.json else "text")
         if args.out and not args.no_write:
             check_out(Path(args.out))  # before simulating: a refused folder costs nothing
@@ -89,8 +93,6 @@ def _save(path: Path, data: dict) -> None:
     import os
     import tempfile
 
-    if path.is_dir():
-        raise ConfigError("is a folder; name a file", file=f"--save-result {path}")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
         with os.fdopen(fd, "w") as fh:

@@ -351,7 +351,9 @@ def main(args) -> int:
     from .. import progress
 
     if args.write_docs:
-        Path(args.write_docs).write_text(render_markdown())
+        from ..runfolder import check_file_out
+
+        check_file_out(args.write_docs, "--write-docs").write_text(render_markdown())
         progress.info(f"wrote {args.write_docs}")
         return 0
     if args.markdown:

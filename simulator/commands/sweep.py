@@ -15,6 +15,12 @@ HEADLINE = ("ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99", "throughpu
             "latency_s.p50", "bubble_fraction", "memory_per_gpu_gib")
 
 
+MAX_WORKERS = 1024
+"""Local worker processes at most (no machine has more cores to give a sweep)."""
+MAX_SEEDS = 100_000
+"""Seeds per point at most: a million points of one scenario is past any sweep's use (and its rows' memory)."""
+
+
 def add_arguments(p) -> None:
     p.add_argument("scenario", nargs="?", help="scenario YAML file (default: the built-in default scenario)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -56,7 +62,20 @@ def main(args) -> int:
     from ..config.loader import parse_override
     from ..sweep import connect, sweep
 
-    grid = dict(parse_grid(g) for g in args.grid)
+    axes = [parse_grid(g) for g in args.grid]
+    grid = dict(axes)
+    if len(grid) < len(axes):
+        twice = next(k for i, (k, _) in enumerate(axes) if k in dict(axes[:i]))
+        raise ConfigError(f"the axis {twice} is given twice; give its values once: --grid {twice}=A,B,...",
+                          file="--grid")
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"worker processes are between 1 and {MAX_WORKERS}, got {args.workers}", file="--workers")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise ConfigError(f"seeds per point are between 1 and {MAX_SEEDS:,}, got {args.seeds}", file="--seeds")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError("is a file; name a folder for sweep.csv", file=f"--out {args.out}")
+    if args.cluster and not args.cluster.startswith(("tcp://", "tls://", "inproc://", "ucx://")) and ":" not in args.cluster:
+        raise ConfigError(f"a Dask scheduler address is tcp://HOST:PORT, got {args.cluster!r}", file="--cluster")
     overrides = dict(parse_override(o) for o in args.overrides)
     client = connect(args.cluster) if args.cluster else None
     try:

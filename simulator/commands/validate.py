@@ -19,6 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--write-readme", metavar="PATH",
                    help="rewrite the block between <!-- fidelity:start --> and <!-- fidelity:end --> in PATH "
                         "with the generated fidelity table")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a family misses its target (median and max |error|), naming each that does")
 
 
 def _clean(records: list[dict]) -> list[dict]:
@@ -28,6 +30,10 @@ def _clean(records: list[dict]) -> list[dict]:
 def main(args) -> int:
     from ..validate import fidelity_markdown, format_table, rewrite_readme, run_validation, summarize
 
+    if args.write_readme:
+        from ..runfolder import check_file_out
+
+        check_file_out(args.write_readme, "--write-readme")
     t0 = time.perf_counter()
     table = run_validation(args.family or None, args.dir)
     elapsed = time.perf_counter() - t0
@@ -41,4 +47,12 @@ def main(args) -> int:
     if args.write_readme:
         rewrite_readme(args.write_readme, fidelity_markdown(table, args.dir))
         print(f"wrote the fidelity table into {args.write_readme}", file=sys.stderr)
+    missed = summarize(table)
+    missed = missed[~missed.meets_target]
+    if len(missed):
+        where = ", ".join(f"{r.family} {r.metric} ({r.median_abs_pct:.1f}% median)" for r in missed.itertuples())
+        print(f"lastmile: {'error' if args.strict else 'note'}: {len(missed)} of {len(summarize(table))} family "
+              f"metrics miss their target: {where}", file=sys.stderr)
+        if args.strict:
+            return 1
     return 0

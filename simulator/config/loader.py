@@ -382,6 +382,9 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
 
 def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):
     """Load, resolve and validate a scenario; errors carry the file and the key path."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"overrides are a mapping of key paths to values ({{'workload.requests': 100}}), got "
+                          f"{type(overrides).__name__}")
     raw, name, base_dir = load_raw(source)
     resolver = None
     try:

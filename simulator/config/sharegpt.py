@@ -74,7 +74,8 @@ def read_sharegpt(path: str | Path, tokenizer: str | None, limit: int, seed: int
     order (fewer when the file has fewer); a one-line error naming the file otherwise."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"trace file {str(p)!r} does not exist", path=KEY)
+        what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
+        raise ConfigError(f"trace file {str(p)!r} {what}", path=KEY)
     tok = _tokenizer(tokenizer)
     data = _entries(p)
     random.Random(seed).shuffle(data)  # random.seed(seed); random.shuffle(data), as vLLM does

@@ -86,7 +86,7 @@ class TraceRows:
 def _read_columns(p: Path) -> tuple[list[list[str]], int]:
     """The text of the trace's three columns, row by row, and the number of rows."""
     try:
-        with p.open(encoding="utf-8", newline="") as f:
+        with p.open(encoding="utf-8-sig", newline="") as f:  # a byte-order mark is not part of the header
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None or not any(h.strip() for h in header):
@@ -149,7 +149,7 @@ def _read_jsonl(p: Path) -> TraceRows:
     lines: list[int] = []
     hashes: list[list[int]] = []
     try:
-        with p.open(encoding="utf-8") as f:
+        with p.open(encoding="utf-8-sig") as f:
             for line, text in enumerate(f, 1):
                 if not text.strip():
                     continue
@@ -272,7 +272,8 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:
     ``limit``: only the first rows are returned (all rows are checked)."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"trace file {str(p)!r} does not exist", path=KEY)
+        what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
+        raise ConfigError(f"trace file {str(p)!r} {what}", path=KEY)
     st = p.stat()
     return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).head(limit)
 

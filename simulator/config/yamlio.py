@@ -123,6 +123,8 @@ def loads(text: str, *, loader: type = _StrictLoader):
         data = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise YAMLInputError(f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # a number beyond Python's digit limit for int() (4,300 digits)
+        raise YAMLInputError(f"holds a number too long to read ({str(exc).split(':')[0]})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -149,6 +149,12 @@ def plan_pools(scenario) -> list[PoolPlan]:
         cost = build_cost(scenario)
         kv_blocks, memory = kv_capacity(scenario, cost)
         return [PoolPlan("both", scenario, cost, kv_blocks, memory)]
+    hw = scenario.hardware
+    gpus = dis.prefill.replicas * dis.prefill.tp + dis.decode.replicas * dis.decode.tp
+    if dis.kv_link is None and hw.node_link is None and gpus > hw.gpus_per_node:
+        raise ConfigError(f"the prefill and decode pools take {gpus} GPUs, more than a node's {hw.gpus_per_node}, so "
+                          "their KV crosses nodes: set disaggregation.kv_link (e.g. ib-400g) or hardware.node_link",
+                          path="disaggregation.kv_link")
     plans, replica, gpu = [], 0, 0
     for role, pool in (("prefill", dis.prefill), ("decode", dis.decode)):
         key = f"disaggregation.{role}"

@@ -1,0 +1,73 @@
+"""Edges a fuzzer found (issue 25): each is a one-line error with exit code 2, refused before any work,
+never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import simulator
+from simulator.errors import ConfigError
+
+
+def lastmile(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+@pytest.fixture
+def files(tmp_path):
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbfarrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n0.5,20,5\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {"tmp": str(tmp_path), "fifo": str(fifo), "bom": str(bom), "file": str(bom)}
+
+
+CASES = [
+    (("run", "--no-write", "--set", 'disaggregation={"prefill":{"replicas":8},"decode":{"replicas":1}}'),
+     "disaggregation.kv_link: the prefill and decode pools take 9 GPUs, more than a node's 8"),
+    (("run", "--no-write", "--set", "workload.requests=" + "9" * 5000), "workload.requests"),
+    (("run", "--no-write", "--out", ""), "--out: is empty"),
+    (("run", "--no-write", "--save-result", "{tmp}"), "--save-result {tmp}: is a folder"),
+    (("run", "--no-write", "--set", "workload.trace={fifo}"), "is not a regular file"),
+    (("run", "--no-write", "--set", "workload.trace={tmp}"), "is not a regular file"),
+    (("sweep", "--cluster", "not a url", "--grid", "workload.rate=1/s"), "--cluster: a Dask scheduler address"),
+    (("sweep", "--out", "{file}", "--grid", "workload.rate=1/s"), "is a file; name a folder"),
+    (("sweep", "--grid", "workload.rate=1/s", "--grid", "workload.rate=2/s"), "the axis workload.rate is given twice"),
+    (("sweep", "--workers", "0", "--grid", "workload.rate=1/s"), "--workers: worker processes are between 1"),
+    (("sweep", "--workers", "-3", "--grid", "workload.rate=1/s"), "--workers: worker processes are between 1"),
+    (("sweep", "--seeds", "1000000000", "--grid", "workload.rate=1/s"), "--seeds: seeds per point are between 1"),
+    (("schema", "--write-docs", "{tmp}"), "--write-docs {tmp}: is a folder"),
+    (("validate", "--write-readme", "{tmp}"), "--write-readme {tmp}: is a folder"),
+    (("calibrate", "{file}", "--hardware", "h100-sxm", "--out", "{tmp}"), "--out {tmp}: is a folder"),
+    (("run", "--no-write", "--format", "vllm-bench", "--percentiles", "0,50"), "--percentiles: percentiles lie in"),
+]
+
+
+@pytest.mark.parametrize("args, says", CASES, ids=[f"{c[0][0]}-{i}" for i, c in enumerate(CASES)])
+def test_an_edge_is_one_line_exit_2(files, args, says):
+    def fill(text: str) -> str:
+        for key, value in files.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+
+    proc = lastmile(*map(fill, args))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("lastmile: error: "), proc.stderr
+    assert fill(says) in proc.stderr
+
+
+def test_a_csv_trace_with_a_byte_order_mark_reads(files):
+    r = simulator.run(None, {"workload.trace": files["bom"], "workload.arrival": "trace", "workload.requests": 2,
+                             "record_spans": False}, last_mile_cost=False)
+    assert r.summary["requests_completed"] == 2
+
+
+@pytest.mark.parametrize("overrides", [5, [1, 2], (x for x in range(2))], ids=["int", "list", "generator"])
+def test_the_api_takes_only_a_mapping_of_overrides(overrides):
+    with pytest.raises(ConfigError, match="overrides are a mapping of key paths to values"):
+        simulator.run(None, overrides)
