@@ -3,19 +3,25 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: run test test-slow bench bench-series venv clean
 
-$(STAMP): pyproject.toml
+# What running needs (the package and its dependencies), and what the tests need on top (the dev extra).
+$(RUN_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 ## Install and simulate the built-in default scenario (Llama-3-8B on one H100, chat traffic).
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/lastmile run
 
 ## Install and run the test suite.

@@ -84,8 +84,11 @@ def parse(value: object, dimension: str) -> float:
 
 
 def fmt_time(seconds: float) -> str:
-    """Human-readable duration with a sensible unit."""
+    """Human-readable duration with a sensible unit; under a picosecond, 0 (what a simulated time that
+    small is, float rounding of sums such as a bubble of nothing: never a time to read)."""
     a = abs(seconds)
+    if a < 1e-12:
+        return "0 s"
     if a >= 1:
         return f"{seconds:.3g} s"
     if a >= 1e-3:

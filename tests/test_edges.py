@@ -71,3 +71,20 @@ def test_a_csv_trace_with_a_byte_order_mark_reads(files):
 def test_the_api_takes_only_a_mapping_of_overrides(overrides):
     with pytest.raises(ConfigError, match="overrides are a mapping of key paths to values"):
         simulator.run(None, overrides)
+
+
+def test_compare_reads_float_rounding_as_no_difference():
+    from simulator.commands.compare import side_by_side
+
+    same = side_by_side(["a", "b"], [{"duration_s": 10.0, "n": 3}, {"duration_s": 10.0 + 1.128e-11, "n": 3}],
+                        ["duration_s", "n"], show_all=False)
+    assert same == "(no differences)"
+    moved = side_by_side(["a", "b"], [{"duration_s": 10.0}, {"duration_s": 10.5}], ["duration_s"], show_all=False)
+    assert "+0.5" in moved and "+5.0%" in moved
+
+
+def test_times_under_a_picosecond_read_as_zero():
+    from simulator.units import fmt_time
+
+    assert fmt_time(9.77e-15) == "0 s" and fmt_time(-1e-13) == "0 s"
+    assert fmt_time(3e-9) == "3 ns" and fmt_time(2.5e-6) == "2.5 us"

@@ -97,6 +97,23 @@ def _table(rows: list[list[str]]) -> str:
                      .rstrip() for r in rows)
 
 
+SAME = 1e-9
+"""Relative difference under which two figures are the same (float rounding of sums taken in
+another order, never a difference a user should read)."""
+
+
+def _alike(vals: list) -> bool:
+    """Whether every value equals the first, numbers to ``SAME`` relative."""
+    first = vals[0]
+    for x in vals[1:]:
+        if isinstance(first, (int, float)) and isinstance(x, (int, float)) and not isinstance(x, bool):
+            if abs(x - first) > SAME * max(abs(first), abs(x)):
+                return False
+        elif x != first:
+            return False
+    return True
+
+
 def side_by_side(names: list[str], values: list[dict], keys: list[str], show_all: bool = True) -> str:
     """One row per key: each run's value, then each later run's difference from the first (absolute, %)."""
     header = ["", *names]
@@ -105,7 +122,7 @@ def side_by_side(names: list[str], values: list[dict], keys: list[str], show_all
     rows = [header]
     for k in keys:
         vals = [_clean(v.get(k)) for v in values]
-        if not show_all and len({x for x in vals}) <= 1:
+        if not show_all and _alike(vals):
             continue
         row = [k, *(_num(x) for x in vals)]
         for x in vals[1:]:

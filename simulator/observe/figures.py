@@ -9,6 +9,7 @@ when figures are drawn, so loading the package stays fast.
 from __future__ import annotations
 
 import os
+import textwrap
 
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,8 @@ TIMELINE_SLICES = 6
 """Slices of the busiest GPU track shown by the timeline."""
 COLORS = {"prefill": "#6baed6", "decode": "#08519c", "compute": "#3182bd", "denoise": "#3182bd",
           "text_encode": "#c6dbef", "vae": "#756bb1", "comm": "#41ab5d", "link": "#a1d99b",
-          "d2h": "#fd8d3c", "cpu": "#e6550d"}
+          "d2h": "#fdd0a2", "schedule": "#bdbdbd", "tokenize": "#969696", "detokenize": "#fd8d3c",
+          "stream": "#a63603", "cpu": "#e6550d"}
 """Span category -> colour (the report's palette: compute in blues, communication in greens, the
 last mile in oranges); other categories take the next colour of ``EXTRA``."""
 EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -133,15 +135,18 @@ def draw_cdf(samples: dict, name: str, path: Path) -> bool:
         p50, p99 = _sorted_quantiles(v, [0.5, 0.99])
         scale, unit = _unit(float(p50) if p50 > 0 else float(v[-1] or 1.0))
         x, y = _cdf_xy(v)
-        ax.plot(x * scale, y, color="#4c72b0", lw=1.5, drawstyle="steps-post")
+        ax.plot(np.r_[x[0], x] * scale, np.r_[0.0, y], color="#4c72b0", lw=1.5, drawstyle="steps-post")
         ax.axvline(p50 * scale, color="grey", lw=0.8, ls="--")
         ax.axvline(p99 * scale, color="grey", lw=0.8, ls=":")
-        ax.set_title(f"{label}: p50 {p50 * scale:.3g}, p99 {p99 * scale:.3g} {unit}", fontsize=9)
+        ax.set_title(f"{label}: p50 {p50 * scale:.4g}, p99 {p99 * scale:.4g} {unit}", fontsize=9)
         ax.set_xlabel(f"{label} ({unit})")
+        ax.ticklabel_format(axis="x", useOffset=False, style="plain")  # no "1e-12+3.46" offsets
+        if v[-1] - v[0] <= 1e-9 * max(abs(float(v[-1])), 1e-12):  # every sample alike (one image size)
+            ax.set_xlim(0.95 * v[0] * scale, 1.05 * v[-1] * scale)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("fraction of samples")
-    fig.suptitle(f"latency distribution: {name}", fontsize=10)
+    fig.suptitle(textwrap.fill(f"latency distribution: {name}", int(12 * fig.get_figwidth())), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -237,6 +242,19 @@ def _timeline_spans(result):
     return sp, lo, hi
 
 
+SPAN_ACTIVITY = {"schedule+launch": "schedule", "tokenize": "tokenize", "receive request": "schedule",
+                 "detokenize": "detokenize", "stream": "stream", "send outputs": "stream",
+                 "receive outputs": "stream", "detokenizer receive": "stream", "d2h": "d2h"}
+"""A CPU or link span's name -> the activity its colour shows (the breakdown's, as
+``observe.records.CPU_ACTIVITY`` names them): the last mile apart from scheduling and tokenization."""
+
+
+def _activity(sp):
+    """Each span's colour key: its activity where its name says one (CPU work, the D2H copy), else its category."""
+    named = sp["name"].astype(str).map(SPAN_ACTIVITY)
+    return named.where(named.notna(), sp["category"].astype(str))
+
+
 def draw_timeline(window, name: str, path: Path) -> bool:
     """:func:`timeline_figure` from the window's spans."""
     if window is None:
@@ -244,6 +262,7 @@ def draw_timeline(window, name: str, path: Path) -> bool:
     sp, lo, hi = window
     tracks = _busiest_tracks(sp, lo, hi)
     sp = sp[sp["track"].isin(tracks)]
+    sp = sp.assign(category=_activity(sp))
     colors = dict(COLORS)
     for cat in sorted(set(sp["category"].astype(str)) - set(colors)):
         colors[cat] = EXTRA[(len(colors) - len(COLORS)) % len(EXTRA)]
