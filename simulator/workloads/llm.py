@@ -306,6 +306,7 @@ class LLMCostModel:
         self.decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
                               self.layers_per_stage, self.pp)
         self._decode_base: dict[int, tuple[float, float]] = {}
+        self._decode = None  # decode_timer()'s function, made on first use
 
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float,
@@ -392,16 +393,25 @@ class LLMCostModel:
 
     def decode_time(self, decode_context: float, decode_requests: int) -> float:
         """``step(ctx, n).compute`` of a decode-only step, to the last bit: the same arithmetic in the
-        same order, in one call (a closed-form decode run asks it once per step)."""
+        same order, in one call (:meth:`decode_timer`'s function)."""
         if self.step_time is not None:
             return self.step_time.of(decode_requests, 0)
-        base = self._decode_base.get(decode_requests)
-        if base is None:  # linear and head time are memoized per batch size
-            base = self._decode_base[decode_requests] = (self.linear_time(decode_requests),
-                                                         self.head_time(decode_requests))
-        ctx, n = decode_context, decode_requests
+        if self._decode is None:
+            self._decode = self.decode_timer()
+        return self._decode(decode_context, decode_requests)
+
+    def decode_timer(self):
+        """The decode step time as a plain function of (context, requests), its terms bound once: what a
+        closed-form decode run calls once per step (a bound function is a cheaper call than a method)."""
         flop, d_kv, d_q, floor, d_fixed, layers, pp = self.decode_terms
-        return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
+        memo, linear, head = self._decode_base, self.linear_time, self.head_time
+
+        def decode(ctx: float, n: int) -> float:
+            base = memo.get(n)
+            if base is None:  # linear and head time are memoized per batch size
+                base = memo[n] = (linear(n), head(n))
+            return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
+        return decode
 
     def launch_time(self, cuda_graphs: bool) -> float:
         """CPU seconds to launch one step's kernels (none apart for a stub GPU: its step includes them)."""

@@ -140,7 +140,7 @@ class Run:
         booked = max(p.booked_until for p in ports)
         servers, pc = fe.servers, fe.cpu.stream_per_chunk
         nserv = len(servers)
-        decode_time = cost.decode_time
+        decode_time = cost.decode_timer()  # runs are ineligible with hardware.step_time
         shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
 
         def shape(batch: int, sampled: int) -> tuple:
