@@ -90,7 +90,8 @@ class Arrivals:
     def __init__(self, values: np.ndarray, window: Window):
         self.values, self.window = values, window
 
-    def _reach(self, key) -> None:
+    def reach(self, key) -> None:
+        """Prepare the window's ids up to ``key`` (an id, or ids), as reading its arrival does."""
         if isinstance(key, (int, np.integer)):
             top = int(key) % max(self.window.n, 1)
         else:
@@ -102,11 +103,11 @@ class Arrivals:
             self.window.prepare(top + 1 + CHUNK)
 
     def __getitem__(self, key):
-        self._reach(key)
+        self.reach(key)
         return self.values[key]
 
     def __setitem__(self, key, value) -> None:
-        self._reach(key)
+        self.reach(key)
         self.values[key] = value
 
     def __len__(self) -> int:

@@ -282,7 +282,7 @@ class Run:
             # -- the arrivals this step overlaps: tokenized on the API servers in time order --
             while next_t <= resume:
                 rid = nxt
-                arrival._reach(rid)
+                arrival.reach(rid)
                 j, _, tok = fe.tokenize_cost(rid)
                 tok_total[j] += tok
                 if single:

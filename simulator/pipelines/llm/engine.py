@@ -353,6 +353,10 @@ class Engine:
         if self.kv_steps is not None:
             self.kv_steps.append(step=step.index, kv=step.kv_used)
 
+    def finished_run(self, n: int) -> None:
+        """``n`` requests finished in a closed-form run: no longer outstanding here."""
+        self.outstanding -= n
+
     def settle_run(self, k: int, times: dict, counts, gpu_free0: float) -> None:
         """After a closed-form run of ``k`` steps (``decode_runs``): their rows in the step table
         (``times``: the columns of ``STEP_TIMES`` and ``d1``; ``counts``: batch, decodes, prefill

@@ -162,7 +162,7 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
         live[fin] = False
         finished = rid[fin]
         t.finished[finished] = True
-        eng.outstanding -= len(finished)
+        eng.finished_run(len(finished))
     sched.set_running(rid[live].tolist())
     for r, receipt in zip(rid[fin].tolist(), t.last_R[rid[fin]].tolist()):
         fe.on_finish(r, receipt)
