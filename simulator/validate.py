@@ -79,6 +79,10 @@ def default_directory() -> Path:
     return scenarios_dir() / "validation"
 
 
+CASE_KEYS = frozenset({"case", "set", "measured", "note", "stage", "relative_to", "kind"})
+"""What a family's case may hold."""
+
+
 @dataclass
 class Case:
     """One measured row: overrides of the family's base scenario and the measured figure(s)."""
@@ -138,7 +142,14 @@ def load_family(path: str | Path) -> Family:
         where = f"cases[{i}]"
         if not isinstance(row, dict) or "measured" not in row or "case" not in row:
             raise ConfigError("a case needs 'case' and 'measured'", file=str(p), path=where)
+        unknown = sorted(set(row) - CASE_KEYS)
+        if unknown:
+            raise ConfigError(f"a case takes no {unknown[0]!r} (it takes {', '.join(sorted(CASE_KEYS))})", file=str(p),
+                              path=f"{where}.{unknown[0]}")
         measured = row["measured"]
+        numbers = measured.values() if isinstance(measured, dict) else [measured]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+            raise ConfigError("a measured figure must be a finite number", file=str(p), path=f"{where}.measured")
         if isinstance(measured, dict):
             bad = [m for m in measured if m not in METRICS]
             if bad:
@@ -355,6 +366,22 @@ CASE_KINDS = {"simulate": _simulate_case, "image_encode": _image_case, "collecti
 summaries of the family's earlier cases, which ratio metrics divide by)."""
 
 
+def _check_cases(families: list[Family]) -> None:
+    """Every simulated case's scenario loads, before any case runs: a malformed case is an error at
+    once, not after the cases before it have run."""
+    from .config.loader import load_scenario
+
+    for fam in families:
+        for case in fam.cases:
+            if CASE_KINDS[case.kind or fam.kind] is not _simulate_case:
+                continue
+            raw, dotted = _scenario(fam.base, case.overrides)
+            try:
+                load_scenario(raw, dotted)
+            except ConfigError as exc:
+                raise ConfigError(f"case {case.name!r}: {exc.message}", file=fam.path, path=exc.path) from None
+
+
 def run_family(fam: Family, progress: Progress | None = None, cases: Sequence[int] | None = None) -> list[dict]:
     """Predicted vs measured rows of one family, or of its ``cases`` (indices; ``progress`` counts them)."""
     rows, summaries = [], {}
@@ -400,6 +427,7 @@ def run_validation(families: Iterable[str] | None = None, directory: str | Path 
         if unknown:
             raise ConfigError(f"unknown validation family {unknown[0]!r}; known: {', '.join(sorted(known))}")
         found = [f for f in found if f.name in wanted]
+    _check_cases(found)
     workers = min(workers or os.cpu_count() or 1, len(found))
     with Progress(sum(len(f.cases) for f in found), "validate", "cases") as progress:
         if workers <= 1:

@@ -24,7 +24,21 @@ def files(tmp_path):
     bom.write_bytes(b"\xef\xbb\xbfarrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n0.5,20,5\n")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    return {"tmp": str(tmp_path), "fifo": str(fifo), "bom": str(bom), "file": str(bom)}
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": '
+                    + "[" * 100_000 + "]" * 100_000 + "}\n")
+    fam = tmp_path / "fam"
+    fam.mkdir()
+    (fam / "unknown.yaml").write_text("family: x\nsource: y\nmetric: ttft_ms\ncases:\n- {case: a, measured: 1, bogus: 1}\n")
+    nan = tmp_path / "nan"
+    nan.mkdir()
+    (nan / "nan.yaml").write_text("family: x\nsource: y\nmetric: ttft_ms\ncases:\n- {case: a, measured: .nan}\n")
+    late = tmp_path / "late"
+    late.mkdir()
+    (late / "late.yaml").write_text("family: x\nsource: y\nmetric: ttft_ms\nbase: {workload: {requests: 5}}\ncases:\n"
+                                    "- {case: a, measured: 1}\n- {case: b, measured: 1, set: {serving.nope: 3}}\n")
+    return {"tmp": str(tmp_path), "fifo": str(fifo), "bom": str(bom), "file": str(bom), "deep": str(deep),
+            "fam": str(fam), "nan": str(nan), "late": str(late)}
 
 
 CASES = [
@@ -45,6 +59,15 @@ CASES = [
     (("validate", "--write-readme", "{tmp}"), "--write-readme {tmp}: is a folder"),
     (("calibrate", "{file}", "--hardware", "h100-sxm", "--out", "{tmp}"), "--out {tmp}: is a folder"),
     (("run", "--no-write", "--format", "vllm-bench", "--percentiles", "0,50"), "--percentiles: percentiles lie in"),
+    (("run", "--no-write", "--set", "workload.trace={deep}", "--set", "workload.requests=1"),
+     "line 1: is nested too deeply"),
+    (("run", "--no-write", "--set", "workload.trace={tmp}/" + "a" * 5000 + ".csv"), "cannot be read (File name too long)"),
+    (("run", "--no-write", "--set", "name=bad\udc80"), "name: name holds a character that is not text"),
+    (("run", "scenarios/pipeline/rag.yaml", "--no-write", "--set", "stages.embed.time=null"),
+     "stages.embed.time: a cpu stage needs time"),
+    (("validate", "--dir", "{fam}"), "cases[0].bogus: a case takes no 'bogus'"),
+    (("validate", "--dir", "{nan}"), "cases[0].measured: a measured figure must be a finite number"),
+    (("validate", "--dir", "{late}"), "serving.nope: case 'b': unknown key 'nope'"),
 ]
 
 

@@ -620,6 +620,18 @@ class ScenarioBase(Strict):
     hardware: Hardware
     record_spans: bool = True
 
+    @model_validator(mode="after")
+    def _text_names(self):
+        """A name and a description are text: a lone surrogate (undecodable bytes read as str) would
+        break the run folder's files and figures at the end of the run, so it is refused here."""
+        for key in ("name", "description"):
+            try:
+                getattr(self, key).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigError(f"{key} holds a character that is not text (a lone surrogate, from bytes "
+                                  "that are not UTF-8)", path=key) from None
+        return self
+
 
 class LLMScenario(ScenarioBase):
     """A complete LLM-serving scenario."""

@@ -273,7 +273,7 @@ class PipelineScenario(ScenarioBase):
         if extra:
             raise ConfigError(f"a {kind} stage takes no {extra[0]} (it takes "
                               f"{', '.join(sorted(keys['takes'] | COMMON_KEYS))})", path=f"{at}.{extra[0]}")
-        missing = sorted(keys["needs"] - given)
+        missing = sorted(k for k in keys["needs"] if k not in given or getattr(st, k) is None)  # null is not given
         if missing:
             raise ConfigError(f"a {kind} stage needs {missing[0]}", path=f"{at}.{missing[0]}")
         if st.stream_from is not None:

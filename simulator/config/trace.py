@@ -157,6 +157,8 @@ def _read_jsonl(p: Path) -> TraceRows:
                     row = json.loads(text)
                 except ValueError as exc:
                     raise fail(line, f"is not JSON ({str(exc)[:80]})") from None
+                except RecursionError:
+                    raise fail(line, "is nested too deeply to be a trace row") from None
                 if not isinstance(row, dict):
                     raise fail(line, f"is not a JSON object with keys {', '.join(JSONL_KEYS)}")
                 missing = [k for k in JSONL_KEYS if k not in row]
@@ -271,10 +273,14 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:
 
     ``limit``: only the first rows are returned (all rows are checked)."""
     p = Path(path)
-    if not p.is_file():
-        what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
-        raise ConfigError(f"trace file {str(p)!r} {what}", path=KEY)
-    st = p.stat()
+    shown = str(p) if len(str(p)) <= 120 else f"{str(p)[:60]}...{str(p)[-40:]}"
+    try:
+        if not p.is_file():
+            what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
+            raise ConfigError(f"trace file {shown!r} {what}", path=KEY)
+        st = p.stat()
+    except OSError as exc:  # a name too long for the file system, a folder without permission, ...
+        raise ConfigError(f"trace file {shown!r} cannot be read ({exc.strerror or exc})", path=KEY) from None
     return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).head(limit)
 
 
