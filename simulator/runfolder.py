@@ -92,17 +92,57 @@ def _remove_run_folder(path: Path) -> None:
     path.rmdir()
 
 
+OWNER = ".lastmile-pid"
+"""The file naming the process that writes a temporary run folder, so a later run can tell a stale
+one (its writer killed, even by SIGKILL) from one being written."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process: not ours to judge
+    return True
+
+
+def clean_stale(out: Path) -> list[Path]:
+    """Remove the temporary siblings of ``out`` that a killed run left: those holding an ``OWNER``
+    file of a process no longer alive, and nothing but a run's own files; returns what went."""
+    gone = []
+    for d in out.parent.glob(f".{out.name}.*"):
+        owner = d / OWNER
+        try:
+            if not (d.is_dir() and owner.is_file()) or _alive(int(owner.read_text().strip() or 0)):
+                continue
+            if any(not (_written_by_a_run(p) or p.name == OWNER) for p in d.iterdir()):
+                continue
+            for p in d.iterdir():
+                p.unlink()
+            d.rmdir()
+            gone.append(d)
+        except (OSError, ValueError):
+            continue  # not readable as ours: left alone
+    return gone
+
+
 def write_run(result, out: Path, trace: bool = True) -> Path:
     """Write ``result`` to ``out`` atomically: into a temporary sibling first, then moved into place
-    (without trace.json when ``trace`` is False)."""
+    (without trace.json when ``trace`` is False). A SIGTERM while it writes removes the temporary
+    folder as an error would; one a SIGKILL left is removed by the next run into the same place."""
     check_out(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        (tmp / OWNER).write_text(str(os.getpid()))
     except OSError as exc:
         raise ConfigError(f"cannot create the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
+    previous = _terminate_as_exit()
     try:
         result.write(tmp, parallel=True, trace=trace)
+        (tmp / OWNER).unlink()
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             old.rmdir()
@@ -117,4 +157,26 @@ def write_run(result, out: Path, trace: bool = True) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        _restore(previous)
     return out
+
+
+def _terminate_as_exit():
+    """While a run folder is written, SIGTERM exits through Python (so the temporary folder is
+    removed); returns the handler to restore (None off the main thread, where none is set)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum, frame):
+        raise SystemExit(128 + signum)
+    return signal.signal(signal.SIGTERM, terminated)
+
+
+def _restore(previous) -> None:
+    if previous is not None:
+        import signal
+        signal.signal(signal.SIGTERM, previous)

@@ -111,3 +111,35 @@ def test_times_under_a_picosecond_read_as_zero():
 
     assert fmt_time(9.77e-15) == "0 s" and fmt_time(-1e-13) == "0 s"
     assert fmt_time(3e-9) == "3 ns" and fmt_time(2.5e-6) == "2.5 us"
+
+
+def test_a_killed_runs_temporary_folder_is_cleaned_by_the_next_run(tmp_path):
+    import signal
+
+    from simulator.runfolder import OWNER, _restore, _terminate_as_exit, write_run
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "run"
+    stale = tmp_path / ".run.killed01"
+    stale.mkdir()
+    (stale / OWNER).write_text(str(dead.pid))
+    (stale / "summary.json").write_text("{}")
+    live = tmp_path / ".run.writing1"  # another run writing right now: left alone
+    live.mkdir()
+    (live / OWNER).write_text(str(os.getpid()))
+    mine = tmp_path / ".run.users01"  # a folder holding a user's file: never deleted
+    mine.mkdir()
+    (mine / OWNER).write_text(str(dead.pid))
+    (mine / "notes.txt").write_text("mine")
+    result = simulator.run(None, {"workload.requests": 5}, last_mile_cost=False)
+    write_run(result, out)
+    assert not stale.exists() and live.is_dir() and (mine / "notes.txt").is_file()
+    assert (out / "summary.json").is_file() and not (out / OWNER).exists()
+    # SIGTERM while writing exits through Python, so the temporary folder goes as on an error
+    previous = _terminate_as_exit()
+    try:
+        with pytest.raises(SystemExit):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        _restore(previous)
