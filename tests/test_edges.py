@@ -68,6 +68,12 @@ CASES = [
     (("validate", "--dir", "{fam}"), "cases[0].bogus: a case takes no 'bogus'"),
     (("validate", "--dir", "{nan}"), "cases[0].measured: a measured figure must be a finite number"),
     (("validate", "--dir", "{late}"), "serving.nope: case 'b': unknown key 'nope'"),
+    (("run", "scenarios/pipeline/rag.yaml", "--no-write", "--set", "resources.encoders.cores=-1"),
+     "resources.encoders.cores: Input should be greater than 0"),
+    (("run", "scenarios/pipeline/rag.yaml", "--no-write", "--set", "resources.encoders.kind=cpus"),
+     "resources.encoders.kind: kind 'cpus' is not one of cpu, service, llm, dit (did you mean 'cpu'?)"),
+    (("report", "--out", "{fam}"), "--out {fam}: holds files a report does not write (unknown.yaml)"),
+    (("report", "--out", "{file}"), "is a file; name a folder for the report"),
 ]
 
 

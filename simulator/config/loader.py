@@ -266,10 +266,17 @@ def _model_inside(annotation: Any) -> Any:
 _LOC_NOISE = ("int", "float", "Distribution", "constrained-int", "count", "distribution", "is-instance", "str")
 
 
+RESOURCE_TAGS = ("cpu", "service", "llm", "dit")
+"""The branches of a pipeline resource (``config.pipeline_models.Resource``): pydantic puts the one it
+tried into the location (``resources.encoders.cpu.cores``), which is not a key the user wrote."""
+
+
 def _clean_loc(loc: tuple) -> tuple:
     """The user's key path from a pydantic location: drop validator, union-branch and type names."""
-    return tuple(p for p in loc if not (isinstance(p, str) and (
+    kept = tuple(p for p in loc if not (isinstance(p, str) and (
         p in _LOC_NOISE or p.startswith(("function-", "constrained-", "lax-", "tagged-union")))))
+    return tuple(p for i, p in enumerate(kept)
+                 if not (i >= 2 and kept[i - 2] == "resources" and p in RESOURCE_TAGS))
 
 
 def _format_validation(exc: ValidationError, model: type[BaseModel]) -> ConfigError:
@@ -288,9 +295,19 @@ def _format_validation(exc: ValidationError, model: type[BaseModel]) -> ConfigEr
         msg = "required key is missing"
     if err["type"] == "literal_error":
         msg = f"{_SHORT.repr(err.get('input'))} is not allowed; {msg.lower()}"
+    elif err["type"] == "union_tag_invalid":  # a tagged union's branch named wrongly: say it as a kind
+        return _wrong_kind(err.get("ctx") or {}, path)
     elif "input" in err and err["type"] not in ("missing", "value_error", "assertion_error"):
         msg = f"{msg} (got {_SHORT.repr(err['input'])})"
     return ConfigError(msg, path=path or None)
+
+
+def _wrong_kind(ctx: dict, path: str) -> ConfigError:
+    """A tagged union's branch (a pipeline resource's ``kind``) that is none of its kinds."""
+    tag, expected = str(ctx.get("tag")), str(ctx.get("expected_tags", ""))
+    kinds = [t.strip(" '") for t in expected.split(",") if t.strip(" '")]
+    return ConfigError(f"kind {_SHORT.repr(tag)} is not one of {', '.join(kinds)}{_suggest(tag, kinds)}",
+                       path=f"{path}.kind" if path else "kind")
 
 
 def _in_profile(error: ConfigError, origins: Mapping[str, tuple[str, str]]) -> ConfigError:
