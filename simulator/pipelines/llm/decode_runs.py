@@ -1,24 +1,27 @@
 """Runs of engine steps in closed form: K steps computed in one pass instead of one SimPy wake-up each.
 
-In an engine whose every step is a closed form of its batch (synchronous overlap, detokenization
-in the engine, every token streamed, one replica, an open-loop workload, a GPU with no step
-communication, no CPU-core contention, no speculative decoding, no prefix cache or host KV tier), nothing outside
-the engine changes its world but the requests arriving, and their arrival times are known. So a
-run of steps can be played forward at once: before each step, the requests whose tokenization has
+In an engine whose every step is a closed form of its batch (which set-ups those are, each serving
+key's owning module declares in ``run_support``, with the engine's own conditions there: today
+synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
+workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
+prefix cache or host KV tier), nothing outside the engine changes its world but the requests
+arriving, and their arrival times are known. So a run of steps can be played forward at once: before each step, the requests whose tokenization has
 ended join the waiting queue; the step is scheduled as vLLM V1's scheduler would (the running
 decodes, the one partial prefill, then the waiting requests in order while the token budget, the
 batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
 arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
-chunks. This module computes those times with the same arithmetic, in the same order, as the
-step-by-step engine (a scalar loop over the steps' time chain, each request's state as counters:
+chunks. This module computes those times with the rules the step-by-step engine calls (the
+admission rule, the step's CPU costs, the booked copy, the decode step time), in the same order as
+the step-by-step engine (a scalar loop over the steps' time chain, each request's state as counters:
 its decode start, its finish step, the step its KV needs a new block); the busy times, KV-time and
 bytes the run adds are summed over its steps at its end (equal to rounding), its tokens and spans
 are recorded with numpy (``run_records``), and the engine sleeps until the run's last step is done.
 
 A run ends before a step the closed form does not cover — a preemption (the blocks of the decodes
 do not fit), a partial prefill whose chunk finds no blocks, the horizon, nothing left to run —
-and the step-by-step path takes it; a test compares both on real traces (every request's times
-within 1 ns). Where a scenario's setup does not allow runs at all, every step is stepped. With
+and the step-by-step path takes it; tests compare both on real traces and on set-ups drawn at
+random from the covered space (every request's times within 1 ns), and every run's own count of
+free KV blocks is checked against the block pool's (invariant RUN_MATCHES_POOL). Where a scenario's setup does not allow runs at all, every step is stepped. With
 spans recorded, a run records the same spans in the same order.
 """
 
