@@ -2,7 +2,8 @@
 bad row is a one-line error before any run.
 
 Three formats, chosen by the file's extension: CSV (``arrived_at`` in s, ``num_prefill_tokens``,
-``num_decode_tokens``: the Splitwise/Vidur traces), JSON lines (``.jsonl``: the Mooncake traces,
+``num_decode_tokens``: the Splitwise/Vidur traces; or, by their headers, the Azure LLM inference
+traces of 2023/2024 and BurstGPT: ``FORMATS``), JSON lines (``.jsonl``: the Mooncake traces,
 one object per line with ``timestamp`` in ms, ``input_length``, ``output_length`` and ``hash_ids``,
 the ids of the prompt's 512-token blocks, which the workload turns into
 :class:`~simulator.workloads.prefix.PrefixIds`), and ShareGPT JSON (``.json``: conversations whose
@@ -24,6 +25,16 @@ from ..errors import ConfigError
 from .models import MAX_CONTEXT
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+FORMATS = {
+    "vidur": COLUMNS,
+    # AzurePublicDataset's LLM inference traces of 2023 (Splitwise) and 2024 (DynamoLLM): an absolute
+    # wall-clock TIMESTAMP (``2023-11-16 18:15:46.6805900``), the prompt and the generated tokens
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    # BurstGPT (HPMLL/BurstGPT): Timestamp in seconds from the trace's start; failed requests have 0
+    # response tokens and are dropped, as vLLM's BurstGPTDataset drops them
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+}
+"""The CSV request traces read, by their header: each format's arrival, prompt and output columns."""
 JSONL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 """The keys of each line of a Mooncake trace (kvcache-ai/Mooncake FAST25-release/README.md)."""
 MOONCAKE_BLOCK_TOKENS = 512
@@ -83,8 +94,18 @@ class TraceRows:
         return TraceRows(*columns, offsets, self.hash_ids[:offsets[-1]].copy())
 
 
-def _read_columns(p: Path) -> tuple[list[list[str]], int]:
-    """The text of the trace's three columns, row by row, and the number of rows."""
+def _format(p: Path, names: list[str]) -> tuple[str, tuple[str, ...]]:
+    """The trace format a header names (``FORMATS``), or a one-line error naming what it lacks."""
+    for fmt, cols in FORMATS.items():
+        if all(c in names for c in cols):
+            return fmt, cols
+    missing = [c for c in COLUMNS if c not in names]
+    others = "; or ".join(", ".join(cols) for fmt, cols in FORMATS.items() if fmt != "vidur")
+    raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)} (or {others})")
+
+
+def _read_columns(p: Path) -> tuple[list[list[str]], int, str]:
+    """The text of the trace's three columns, row by row, the number of rows and the trace's format."""
     try:
         with p.open(encoding="utf-8-sig", newline="") as f:  # a byte-order mark is not part of the header
             reader = csv.reader(f)
@@ -92,10 +113,8 @@ def _read_columns(p: Path) -> tuple[list[list[str]], int]:
             if header is None or not any(h.strip() for h in header):
                 raise _fail(p, None, "is not a readable CSV (no header line)")
             names = [h.strip() for h in header]
-            missing = [c for c in COLUMNS if c not in names]
-            if missing:
-                raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}")
-            where = [names.index(c) for c in COLUMNS]
+            fmt, columns = _format(p, names)
+            where = [names.index(c) for c in columns]
             width = len(names)
             rows = list(filter(None, reader))  # a blank line is skipped, as pandas skips it
             if max(map(len, rows), default=0) > width:  # read again for the line of the first such row
@@ -112,7 +131,22 @@ def _read_columns(p: Path) -> tuple[list[list[str]], int]:
         raise _fail(p, None, f"is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
     if min(map(len, rows), default=width) < width:  # a short row's missing cells are empty
         rows = [row + [""] * (width - len(row)) for row in rows]
-    return [list(map(itemgetter(k), rows)) for k in where], len(rows)
+    return [list(map(itemgetter(k), rows)) for k in where], len(rows), fmt
+
+
+def _wall_clock(p: Path, cells: list[str]) -> np.ndarray:
+    """An Azure trace's TIMESTAMP column as seconds from its first row (numpy's datetime64 at 100 ns,
+    the traces' resolution); a cell that is no date and time is a one-line error naming its row."""
+    try:
+        stamps = np.array([c.strip().replace(" ", "T", 1) for c in cells], dtype="datetime64[ns]")
+    except ValueError:
+        for row, cell in enumerate(cells):
+            try:
+                np.datetime64(cell.strip().replace(" ", "T", 1), "ns")
+            except ValueError:
+                raise _fail(p, row, f"TIMESTAMP = {cell.strip()[:40]!r} is not a date and time") from None
+        raise
+    return (stamps - stamps[0]).astype(np.int64) / 1e9
 
 
 def _number(text: str) -> float:
@@ -231,32 +265,46 @@ def _read_checked(path: str, mtime_ns: int, size: int) -> TraceRows:
     p = Path(path)
     if is_jsonl(p):
         return _read_jsonl(p)
-    texts, rows = _read_columns(p)
+    texts, rows, fmt = _read_columns(p)
     if rows == 0:
         raise _fail(p, None, "has no rows")
     out = {}
+    shown = dict(zip(COLUMNS, FORMATS[fmt]))  # the file's own column names, for the messages
     for col, text in zip(COLUMNS, texts):
-        values = _numbers(text)
+        values = _wall_clock(p, text) if fmt == "azure" and col == "arrived_at" else _numbers(text)
         row = _first(~np.isfinite(values))
         if row is not None:
             what = "is not a number" if np.isnan(values[row]) else "is not finite"
-            raise _fail(p, row, f"{col} = {text[row].strip()[:40]!r} {what}")
+            raise _fail(p, row, f"{shown[col]} = {text[row].strip()[:40]!r} {what}")
         out[col] = values
+    if fmt == "burstgpt":  # failed requests (no response) are not requests to replay
+        served = out["num_decode_tokens"] > 0
+        if not served.any():
+            raise _fail(p, None, "has no request with response tokens (every row failed)")
+        out = {col: values[served] for col, values in out.items()}
+        out["arrived_at"] = out["arrived_at"] - out["arrived_at"][0]
+        kept = np.flatnonzero(served)  # a row's number in the file, for the messages below
+    else:
+        kept = None
+
+    def at(row: int) -> int:
+        return row if kept is None else int(kept[row])
+
     for col in COLUMNS[1:]:
         values = out[col]
         row = _first(values != np.floor(values))
         if row is not None:
-            raise _fail(p, row, f"{col} must be a whole number of tokens, got {values[row]:g}")
+            raise _fail(p, at(row), f"{shown[col]} must be a whole number of tokens, got {values[row]:g}")
         row = _first((values < 1) | (values > MAX_CONTEXT))
         if row is not None:
-            raise _fail(p, row, f"{col} must be between 1 and {MAX_CONTEXT:,} tokens, got {values[row]:g}")
+            raise _fail(p, at(row), f"{shown[col]} must be between 1 and {MAX_CONTEXT:,} tokens, got {values[row]:g}")
     arrivals = out["arrived_at"]
     row = _first(np.r_[arrivals[:1] < 0, np.diff(arrivals) < 0])
     if row is not None:
-        raise _fail(p, row, "arrived_at must be non-negative and non-decreasing")
+        raise _fail(p, at(row), f"{shown['arrived_at']} must be non-negative and non-decreasing")
     row = _first(arrivals > MAX_TRACE_SECONDS)
     if row is not None:
-        raise _fail(p, row, f"arrived_at must be at most {MAX_TRACE_SECONDS:g} s (about 3 years), "
+        raise _fail(p, at(row), f"{shown['arrived_at']} must be at most {MAX_TRACE_SECONDS:g} s (about 3 years), "
                             f"got {arrivals[row]:g}")
     for array in out.values():
         array.flags.writeable = False  # shared by the cache: callers get copies
