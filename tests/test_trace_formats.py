@@ -56,3 +56,17 @@ def test_a_bad_row_names_the_files_own_column_and_row(tmp_path, text, says):
     p.write_text(text)
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
         read_trace(p)
+
+
+def test_vllms_random_dataset_lengths_span_the_range_ratio():
+    # --random-input-len 1000 --random-range-ratio 0.5: uniform whole numbers in [500, 1500]
+    w = {"workload.prompt_tokens": {"dist": "random", "value": 1000, "range_ratio": 0.5},
+         "workload.output_tokens": {"dist": "random", "value": 3, "range_ratio": 0.9}, "workload.requests": 400,
+         "record_spans": False}
+    r = simulator.run(None, w, last_mile_cost=False).requests
+    assert 500 <= r.prompt_tokens.min() < 560 and 1440 < r.prompt_tokens.max() <= 1500
+    assert set(r.output_tokens) <= {1, 2, 3, 4, 5, 6} and r.output_tokens.min() == 1  # floor(0.3) -> at least 1
+    sc = simulator.load_scenario(None, {"workload.prompt_tokens": {"dist": "random", "value": 1000, "range_ratio": 0.5}})
+    assert sc.workload.prompt_tokens.upper == 1500
+    with pytest.raises(ConfigError, match="range_ratio"):
+        simulator.load_scenario(None, {"workload.prompt_tokens": {"dist": "random", "value": 10, "range_ratio": 1}})

@@ -227,8 +227,11 @@ FIELD_DOCS: dict[str, str] = {
                         "stage, over the requests that arrived in it. At most 100 stages."),
     "Stage.rate": "This stage's arrival rate.",
     "Stage.duration": "How long this stage sends requests (at most a day).",
-    "Distribution.dist": "fixed (value), uniform (low..high) or lognormal (median, sigma, optional max).",
-    "Distribution.value": "Fixed token count.",
+    "Distribution.dist": "fixed (value), uniform (low..high), lognormal (median, sigma, optional max) or random "
+                         "(value, range_ratio: vllm bench serve's random dataset).",
+    "Distribution.range_ratio": "random: lengths drawn uniformly in value x (1 -/+ range_ratio), as "
+                                "--random-range-ratio (0: every length is value).",
+    "Distribution.value": "fixed: the token count; random: the length vllm bench serve is given (--random-input-len or --random-output-len).",
     "Distribution.low": "Uniform: smallest token count.",
     "Distribution.high": "Uniform: largest token count.",
     "Distribution.median": "Lognormal: median token count.",

@@ -324,10 +324,16 @@ class Serving(Strict):
 
 
 class Distribution(Strict):
-    """A token-count distribution: fixed, uniform[low, high] or lognormal(median, sigma)."""
+    """A token-count distribution: fixed, uniform[low, high], lognormal(median, sigma), or ``random``:
+    ``vllm bench serve --dataset-name random``'s lengths, uniform whole numbers in
+    [floor(value x (1 - range_ratio)), ceil(value x (1 + range_ratio))] (at least 1), as
+    ``vllm/benchmarks/datasets/utils.py`` ``get_sampling_params`` draws them (``--random-input-len``
+    or ``--random-output-len`` with ``--random-range-ratio``; vLLM's count of the prompt's special
+    tokens, which it takes off the input length, is the tokenizer's and left out here)."""
 
-    dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
+    dist: Literal["fixed", "uniform", "lognormal", "random"] = "fixed"
     value: Optional[Count(MAX_CONTEXT)] = None
+    range_ratio: Annotated[Number, Field(ge=0, lt=1)] = 0.0
     low: Optional[Count(MAX_CONTEXT)] = None
     high: Optional[Count(MAX_CONTEXT)] = None
     median: Optional[Annotated[Number, Field(gt=0, le=MAX_CONTEXT)]] = None
@@ -336,7 +342,8 @@ class Distribution(Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        need = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma")}[self.dist]
+        need = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma"),
+                "random": ("value",)}[self.dist]
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"a {self.dist} distribution needs {', '.join(missing)}")
@@ -354,7 +361,15 @@ class Distribution(Strict):
             return self.value
         if self.dist == "uniform":
             return self.high
+        if self.dist == "random":
+            return self.bounds()[1]
         return int(self.median * math.exp(LOGNORMAL_TAIL_SIGMAS * self.sigma))
+
+    def bounds(self) -> tuple[int, int]:
+        """A ``random`` distribution's inclusive range, as vLLM computes it (the low end at least 1)."""
+        low = max(math.floor(self.value * (1 - self.range_ratio)), 1)
+        high = max(math.ceil(self.value * (1 + self.range_ratio)), 1)
+        return low, high
 
 
 def _token_count_branch(value) -> str:

@@ -164,6 +164,9 @@ def sample_tokens(spec, n: int, rng: np.random.Generator) -> np.ndarray:
         out = np.full(n, spec.value, dtype=np.int64)
     elif spec.dist == "uniform":
         out = rng.integers(spec.low, spec.high + 1, size=n)
+    elif spec.dist == "random":  # vllm bench serve's random dataset (config.models.Distribution)
+        low, high = spec.bounds()
+        out = rng.integers(low, high + 1, size=n)
     else:
         out = np.rint(spec.median * np.exp(spec.sigma * rng.standard_normal(n))).astype(np.int64)
     out = np.maximum(out, 1)
