@@ -9,8 +9,8 @@ import simpy
 
 from ...config.models import upper_tokens
 from ...hardware.cpu import CorePool, CPUProcess
-from ...invariants import require
 from ...hardware.topology import LinkParams, Topology
+from ...invariants import require
 from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
 from ...observe.result import Result
