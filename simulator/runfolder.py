@@ -127,7 +127,7 @@ def clean_stale(out: Path) -> list[Path]:
     return gone
 
 
-def write_run(result, out: Path, trace: bool = True) -> Path:
+def write_run(result, out: Path, trace: bool = True, full_trace: bool = False) -> Path:
     """Write ``result`` to ``out`` atomically: into a temporary sibling first, then moved into place
     (without trace.json when ``trace`` is False). A SIGTERM while it writes removes the temporary
     folder as an error would; one a SIGKILL left is removed by the next run into the same place."""
@@ -141,7 +141,7 @@ def write_run(result, out: Path, trace: bool = True) -> Path:
         raise ConfigError(f"cannot create the run folder ({exc.strerror or exc})", file=f"--out {out}") from None
     previous = _terminate_as_exit()
     try:
-        result.write(tmp, parallel=True, trace=trace)
+        result.write(tmp, parallel=True, trace=trace, full_trace=full_trace)
         (tmp / OWNER).unlink()
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))

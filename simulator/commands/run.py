@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--save-result", default=None, metavar="FILE",
                    help="also write the run's metrics as the JSON keys vllm bench serve --save-result writes")
     p.add_argument("--no-write", action="store_true", help="do not write a run folder")
+    p.add_argument("--full-trace", action="store_true",
+                   help="write every span to trace.json (by default it holds the run's first 250,000, about 45 MB)")
     p.add_argument("--no-trace", action="store_true",
                    help="write the run folder without trace.json (the Perfetto timeline: the largest file of a "
                         "long run with spans)")
@@ -68,7 +70,12 @@ def main(args) -> int:
     out = None
     if not args.no_write:
         out = write_run(result, Path(args.out) if args.out else default_out(result.scenario.name),
-                        trace=not args.no_trace)
+                        trace=not args.no_trace, full_trace=args.full_trace)
+        cut = result.trace_bound
+        if cut:
+            print(f"lastmile: note: trace.json holds the run's first {cut['until_s']:.4g} s of {cut['run_s']:.4g} s "
+                  f"({cut['spans_written']:,} of {cut['spans_total']:,} slices); --full-trace writes them all",
+                  file=sys.stderr)
     for warning in result.summary.get("warnings") or ():  # after the write: an error is then the only line
         print(f"lastmile: warning: {warning}", file=sys.stderr)
     if args.save_result:

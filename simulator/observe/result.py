@@ -12,6 +12,7 @@ import numpy as np
 import yaml
 
 from .figures import fork_figures, write_run_figures
+from .perfetto import MAX_TRACE_SPANS
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
     import pandas as pd
@@ -82,6 +83,7 @@ class Result:
     _spans: object
     trace_events: object = field(default_factory=list, repr=False)
     itl: np.ndarray | None = field(default=None, repr=False)
+    trace_bound: dict | None = field(default=None, repr=False)  # what the written trace.json left out, if anything
 
     def _frame(self, name: str) -> "pd.DataFrame":
         value = getattr(self, name)
@@ -173,17 +175,19 @@ class Result:
             for i, chunk in enumerate(raw.chunks()):
                 chunk.to_csv(fh, header=i == 0, index=chunk.index.name is not None)
 
-    def write(self, out_dir: str | Path, figures: bool = True, parallel: bool = False, trace: bool = True) -> Path:
+    def write(self, out_dir: str | Path, figures: bool = True, parallel: bool = False, trace: bool = True,
+              full_trace: bool = False) -> Path:
         """Write summary.json, requests.csv, breakdown.csv, scenario.yaml, trace.json and (unless
         ``figures=False``) the run's PNG figures (see :mod:`simulator.observe.figures`); with
         ``parallel``, the figures are drawn in a forked process while this one writes the rest (the
         command line's run folder: Matplotlib's import and rendering then cost no wall time of their own);
-        without ``trace``, no trace.json."""
+        without ``trace``, no trace.json; unless ``full_trace``, trace.json holds the run's first
+        ``perfetto.MAX_TRACE_SPANS`` slices (``trace_bound`` then says where it stops)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         child = fork_figures(self, out) if figures and parallel else None
         try:
-            self._write_files(out, trace)
+            self._write_files(out, trace, full_trace)
         finally:
             if child is not None:
                 child.join()  # raises where the figures could not be drawn
@@ -191,7 +195,7 @@ class Result:
             write_run_figures(self, out)
         return out
 
-    def _write_files(self, out: Path, with_trace: bool = True) -> None:
+    def _write_files(self, out: Path, with_trace: bool = True, full_trace: bool = False) -> None:
         (out / "summary.json").write_text(json.dumps(json_safe(self.summary), indent=2, allow_nan=False) + "\n")
         for name in ("requests", "breakdown"):
             self._write_csv(name, out / f"{name}.csv")
@@ -200,6 +204,6 @@ class Result:
         if not with_trace:
             return
         if hasattr(trace, "write"):
-            trace.write(out / "trace.json")
+            self.trace_bound = trace.write(out / "trace.json", None if full_trace else MAX_TRACE_SPANS)
         else:
             (out / "trace.json").write_text(json.dumps({"traceEvents": list(trace), "displayTimeUnit": "ms"}))
