@@ -58,46 +58,63 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     for p, port in enumerate(ports):
         rec.add_block(port.track, "d2h", begin[copies], d1[copies], "link", (at_gpu + gpus + p)[copies])
     # the API servers: tokenizations (in the order they were booked) and stream tasks
-    tok_seq = None
+    tok = None
     if tok_spans:
-        # a tokenization's place: its step's first (before or after the detokenization), then its rank there
-        rank = np.zeros(len(tk), dtype=np.int64)
-        for flag in (False, True):
-            sel = np.flatnonzero(after == flag)
-            if len(sel):
-                first = np.r_[True, tk[sel][1:] != tk[sel][:-1]]
-                group = np.cumsum(first) - 1
-                starts = np.flatnonzero(first)
-                rank[sel] = np.arange(len(sel)) - starts[group]
-        tok_seq = np.where(after, (at_detok + has_detok)[tk], at_tok[tk]) + rank
-    for j, server in enumerate(servers):
+        tok = (tj, tst, ten, np.where(after, (at_detok + has_detok)[tk], at_tok[tk]) + _ranks(tk, after))
+    if len(servers) == 1:
+        streams = {0: (at_stream[has_stream], st0[has_stream], st0[has_stream] + (sampled * pc)[has_stream])}
+    else:
+        streams = _server_streams(sk, sj, sst, sen, at_stream) if stream_spans else {}
+    _server_spans(rec, servers, tok, streams)
+
+
+def _ranks(tk, after) -> np.ndarray:
+    """Each tokenization's rank among its step's, before the detokenization (``after`` False) or after."""
+    rank = np.zeros(len(tk), dtype=np.int64)
+    for flag in (False, True):
+        sel = np.flatnonzero(after == flag)
+        if len(sel):
+            first = np.r_[True, tk[sel][1:] != tk[sel][:-1]]
+            group = np.cumsum(first) - 1
+            starts = np.flatnonzero(first)
+            rank[sel] = np.arange(len(sel)) - starts[group]
+    return rank
+
+
+def _server_streams(sk, sj, sst, sen, at_stream) -> dict:
+    """Per API server with stream tasks: their places (a step's tasks go server by server, each
+    after the servers before it), starts and ends."""
+    first = np.r_[True, sk[1:] != sk[:-1]]
+    before = np.arange(len(sk)) - np.flatnonzero(first)[np.cumsum(first) - 1]
+    seq = at_stream[sk] + before
+    return {int(j): (seq[sj == j], sst[sj == j], sen[sj == j]) for j in np.unique(sj)}
+
+
+def _server_spans(rec, servers, tok, streams: dict) -> None:
+    """Each API server's tokenizations (``tok``: server, start, end and place of each) and stream
+    tasks (``streams``: server -> places, starts, ends), as one block in the recording order; only
+    the servers that ran something are visited."""
+    busy = set(streams) | (set(np.unique(tok[0]).tolist()) if tok is not None else set())
+    for j in sorted(busy):
         seq_parts, name_parts, start_parts, end_parts = [], [], [], []
-        if tok_spans:
+        if tok is not None:
+            tj, tst, ten, tok_seq = tok
             mine = tj == j
             seq_parts.append(tok_seq[mine])
             name_parts.append(np.full(int(mine.sum()), "tokenize", dtype=object))
             start_parts.append(tst[mine])
             end_parts.append(ten[mine])
-        if len(servers) == 1:
-            seq_parts.append(at_stream[has_stream])
-            name_parts.append(np.full(int(has_stream.sum()), "stream", dtype=object))
-            start_parts.append(st0[has_stream])
-            end_parts.append(st0[has_stream] + (sampled * pc)[has_stream])
-        elif stream_spans:
-            mine = sj == j
-            # a step's stream tasks go server by server: this one's place after the servers before it
-            before = np.zeros(len(sk), dtype=np.int64)
-            for i in range(1, len(sk)):
-                before[i] = before[i - 1] + 1 if sk[i] == sk[i - 1] else 0
-            seq_parts.append((at_stream[sk] + before)[mine])
-            name_parts.append(np.full(int(mine.sum()), "stream", dtype=object))
-            start_parts.append(sst[mine])
-            end_parts.append(sen[mine])
-        if not seq_parts:
-            continue
+        if j in streams:
+            seq, st, en = streams[j]
+            seq_parts.append(seq)
+            name_parts.append(np.full(len(seq), "stream", dtype=object))
+            start_parts.append(st)
+            end_parts.append(en)
         seqs = np.concatenate(seq_parts)
+        if not len(seqs):
+            continue
         order = np.argsort(seqs, kind="stable")
-        rec.add_block(server.track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
+        rec.add_block(servers[j].track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
                       np.concatenate(end_parts)[order], "cpu", seqs[order])
 
 
