@@ -149,3 +149,10 @@ def test_a_killed_runs_temporary_folder_is_cleaned_by_the_next_run(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         _restore(previous)
+
+
+def test_a_figure_that_rounds_to_zero_prints_without_a_sign():
+    from simulator.report.text import _n, _pct
+
+    assert _n(-1e-9, ".2f") == "0.00" and _n(-0.0, "9.2f") == "     0.00" and _pct(-1e-7, 6) == "  0.00%"
+    assert _n(-1.5, ".2f") == "-1.50" and _n(-0.004, "+.1f", 100) == "-0.4"

@@ -14,14 +14,20 @@ def _row(name: str, st: dict) -> str:
     return f"  {name:<6} {st['p50']:>9.2f} {st['p90']:>9.2f} {st['p99']:>9.2f} {st['mean']:>9.2f}"
 
 
+def _unsigned_zero(text: str) -> str:
+    """A figure that rounds to zero read without a sign ("-0.00" is float noise, never a saving)."""
+    return text.replace("-", " " if text.startswith(" ") else "", 1) if "-" in text and not any(
+        c in text for c in "123456789") else text
+
+
 def _n(x, spec: str = "", scale: float = 1.0) -> str:
     """A number formatted with ``spec`` after scaling; ``-`` when it is undefined (null)."""
-    return "-" if x is None else format(scale * x, spec)
+    return "-" if x is None else _unsigned_zero(format(scale * x, spec))
 
 
 def _pct(x, width: int = 0) -> str:
     """A share as a percentage; ``-`` when undefined (no request completed)."""
-    return f"{'-':>{width}} " if x is None else f"{100 * x:{width}.2f}%"
+    return f"{'-':>{width}} " if x is None else _unsigned_zero(f"{100 * x:{width}.2f}%")
 
 
 def _engine_time(s: dict) -> list[str]:
