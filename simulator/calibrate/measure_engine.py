@@ -288,23 +288,23 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _roles(root: int, rules: tuple, root_role) -> dict[int, str]:
+    """Each server process's role from its title: the first of ``rules`` ((substring, role), in
+    order) the title holds; else ``root_role(titles)`` for the launched process, ``other`` for the rest."""
+    titles = {pid: _cmdline(pid) for pid in descendants(root)}
+    roles = {}
+    for pid, title in titles.items():
+        role = next((r for key, r in rules if key in title), None)
+        roles[pid] = role or (root_role(titles) if pid == root else "other")
+    return roles
+
+
 def classify(root: int) -> dict[int, str]:
     """Each server process's role: ``api``, ``engine_core``, ``launcher`` (the ``vllm serve`` process
     when separate API-server processes serve), ``other`` (resource tracker, coordinator)."""
-    roles = {}
-    pids = descendants(root)
-    titles = {pid: _cmdline(pid) for pid in pids}
-    has_api_procs = any("APIServer" in t for p, t in titles.items() if p != root)
-    for pid, title in titles.items():
-        if "EngineCore" in title:
-            roles[pid] = "engine_core"
-        elif "APIServer" in title or (pid == root and not has_api_procs):
-            roles[pid] = "api"
-        elif pid == root:
-            roles[pid] = "launcher"
-        else:
-            roles[pid] = "other"
-    return roles
+    def launched(titles) -> str:
+        return "launcher" if any("APIServer" in t for p, t in titles.items() if p != root) else "api"
+    return _roles(root, (("EngineCore", "engine_core"), ("APIServer", "api")), launched)
 
 
 def _snapshot(pids) -> dict[int, float]:
@@ -550,18 +550,8 @@ def classify_sglang(root: int) -> dict[int, str]:
     """Each SGLang server process's role: ``api`` (the launch_server process: HTTP server and
     TokenizerManager), ``engine_core`` (``sglang::scheduler``), ``detokenizer``
     (``sglang::detokenizer``), ``other`` (the multiprocessing resource tracker)."""
-    roles = {}
-    for pid in descendants(root):
-        title = _cmdline(pid)
-        if "sglang::scheduler" in title:
-            roles[pid] = "engine_core"
-        elif "sglang::detokenizer" in title:
-            roles[pid] = "detokenizer"
-        elif pid == root:
-            roles[pid] = "api"
-        else:
-            roles[pid] = "other"
-    return roles
+    return _roles(root, (("sglang::scheduler", "engine_core"), ("sglang::detokenizer", "detokenizer")),
+                  lambda titles: "api")
 
 
 def _sglang_server_cmd(python: str, model: Path, port: int, p: Point) -> list[str]:

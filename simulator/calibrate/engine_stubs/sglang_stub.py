@@ -38,18 +38,16 @@ thread and at exit.
 
 from __future__ import annotations
 
-import atexit
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 import threading
 import time
 
 
 # one step function for both stubs (stub_step.py beside this file, on the engine processes' PYTHONPATH)
-from stub_step import (LOG_HEADER as _LOG_HEADER, LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI,  # noqa: F401
-                       TOKEN_LO, env_int, step_seconds)
+from stub_step import (LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI, TOKEN_LO, env_int,  # noqa: F401
+                       start_log, step_seconds)
 
 
 
@@ -60,11 +58,7 @@ class _Timeline:
         self.rows: list = []
         self.last_flush = time.time()
         self.lock = threading.Lock()
-        if LOG_PATH:
-            if not os.path.exists(LOG_PATH):
-                with open(LOG_PATH, "w") as f:
-                    f.write(_LOG_HEADER)
-            atexit.register(self.flush)
+        if start_log(self.flush):
             threading.Thread(target=self._flusher, name="lastmile-stub-log", daemon=True).start()
 
     def _flusher(self) -> None:

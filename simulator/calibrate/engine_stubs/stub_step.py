@@ -4,6 +4,7 @@ the engine processes' PYTHONPATH); imports nothing from lastmile, which the engi
 
 from __future__ import annotations
 
+import atexit
 import os
 
 
@@ -29,3 +30,15 @@ LOG_HEADER = "launch,start,end,reqs,decode_reqs,prefill_tokens,sampled,new_reqs,
 def step_seconds(decode_requests: int, prefill_tokens: int) -> float:
     """The stub's deterministic GPU time of one step."""
     return STEP_A + STEP_B * decode_requests + STEP_C * prefill_tokens
+
+
+def start_log(flush) -> bool:
+    """Open the step log the command asked for (``LASTMILE_STUB_LOG``): its header written once,
+    ``flush`` run at exit; False when no log is asked for."""
+    if not LOG_PATH:
+        return False
+    if not os.path.exists(LOG_PATH):
+        with open(LOG_PATH, "w") as f:
+            f.write(LOG_HEADER)
+    atexit.register(flush)
+    return True

@@ -41,7 +41,6 @@ Lines are buffered and written every 512 steps, at shutdown and at exit.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
@@ -54,8 +53,8 @@ from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 
 
 # one step function for both stubs (stub_step.py beside this file, on the engine processes' PYTHONPATH)
-from stub_step import (LOG_HEADER as _LOG_HEADER, LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI,  # noqa: F401
-                       TOKEN_LO, env_int, step_seconds)
+from stub_step import (LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI, TOKEN_LO, env_int,  # noqa: F401
+                       start_log, step_seconds)
 
 ASYNC = os.environ.get("LASTMILE_STUB_ASYNC", "1") not in ("0", "false", "no")
 KV_TOKENS = env_int("LASTMILE_STUB_KV_TOKENS", 1 << 20)  # KV-cache capacity the "GPU" reports
@@ -134,11 +133,7 @@ class StubExecutor(Executor):
         self._log_rows: list[list] = []
         self._last_flush = time.time()
         self._log_lock = threading.Lock()
-        if LOG_PATH:
-            if not os.path.exists(LOG_PATH):
-                with open(LOG_PATH, "w") as f:
-                    f.write(_LOG_HEADER)
-            atexit.register(self._flush_log)
+        start_log(self._flush_log)
 
     # --- the engine core's calls -------------------------------------------------------------
 
