@@ -26,6 +26,20 @@ def safe_name(name: str) -> str:
     return slug[:80] or "run"
 
 
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` at ``path`` whole or not at all: into a temporary file beside it, renamed over it
+    (removed again where the write fails)."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def check_file_out(path: str | Path, flag: str) -> Path:
     """A file a command is to write (``flag`` names the option): refused before any work when it is a
     folder or its folder does not exist."""

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LastmileError
+from ..runfolder import write_atomically
 
 STUB_DIR = Path(__file__).resolve().parent / "engine_stubs"
 STUB_BACKEND = "vllm_stub_executor.StubExecutor"
@@ -641,15 +642,15 @@ SGLANG_WHAT_RAN = {
 
 def write_csv(rows: list[dict], path: Path, columns=CSV_COLUMNS) -> None:
     import csv
+    import io
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in columns})
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in columns})
+    write_atomically(path, text.getvalue())
 
 
 def _cpu_model() -> str:
@@ -786,11 +787,7 @@ def write_yaml(doc: dict, path) -> None:
     """``doc`` as YAML at ``path``, whole or not at all (a temporary file renamed into place)."""
     import yaml
 
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        yaml.safe_dump(doc, f, sort_keys=False, width=110)
-    os.replace(tmp, path)
+    write_atomically(path, yaml.safe_dump(doc, sort_keys=False, width=110))
 
 
 def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurrency=CONCURRENCY,

@@ -35,6 +35,7 @@ import numpy as np
 import yaml
 
 from ..errors import LastmileError
+from ..runfolder import write_atomically
 from ..units import fmt_time
 
 INSTALL_HINT = ("measuring host-path costs needs msgpack, pyzmq, uvicorn, starlette and httpx: "
@@ -85,19 +86,6 @@ def check_out_path(path: str | os.PathLike) -> None:
     if not (isinstance(content, dict) and "engine" in content):
         raise LastmileError(f"{p} exists and is not an engine profile (a YAML with a top-level 'engine:'); "
                             "refusing to overwrite it")
-
-
-def _write_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @contextlib.contextmanager
@@ -687,7 +675,7 @@ def measure_host(out_path: str | os.PathLike | None, quick: bool = False, seed: 
         "runtime": fmt_time(time.perf_counter() - started)})
     if out_path is not None:
         check_out_path(out_path)  # again: the path may have appeared while measuring
-        _write_atomically(out_path, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
+        write_atomically(out_path, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
     return profile
 
 

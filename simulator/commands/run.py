@@ -96,15 +96,10 @@ def main(args) -> int:
 
 
 def _save(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON at ``path`` whole or not at all (a temporary file renamed into place)."""
-    import os
-    import tempfile
+    """Write ``data`` as JSON at ``path`` whole or not at all (``runfolder.write_atomically``)."""
+    from ..runfolder import write_atomically
 
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write it ({exc.strerror or exc})", file=f"--save-result {path}") from None
