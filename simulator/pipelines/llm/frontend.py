@@ -172,12 +172,13 @@ class Frontend:
         held = np.flatnonzero(counts)
         return dict(zip(held.tolist(), counts[held].tolist()))
 
-    def _token_counts(self, emit, emitted) -> dict[int, int]:
-        """Tokens per API server of a step whose requests emitted ``emitted`` tokens each."""
+    def _token_counts(self, emit, emitted, counts: dict) -> dict[int, int]:
+        """Tokens per API server (those of ``counts``, :meth:`_counts` of ``emit``) of a step whose
+        requests emitted ``emitted`` tokens each."""
         if len(self.servers) == 1:
             return {0: int(emitted.sum())}
         tokens = np.bincount(self.table.api[emit], weights=emitted, minlength=len(self.servers)).astype(int)
-        return {j: int(tokens[j]) for j in self._counts(emit)}
+        return {j: int(tokens[j]) for j in counts}
 
     def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
         """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
@@ -233,7 +234,7 @@ class Frontend:
         per_chunk = c.output_per_request + c.stream_per_chunk
         counts = self._counts(emit)
         receive = self._receive(counts)
-        tokens = counts if emitted is None else self._token_counts(emit, emitted)
+        tokens = counts if emitted is None else self._token_counts(emit, emitted, counts)
         lead = {}
         for j in counts:
             lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
