@@ -119,3 +119,14 @@ def test_whole_runs_conserve_blocks_at_every_step(source, overrides):
         res = simulator.run(source, {"workload.requests": 200, "record_spans": False, **overrides},
                             last_mile_cost=False)
     assert res.summary["requests_completed"] > 50  # (the Mooncake scenario stops at its horizon)
+
+
+def test_the_scheduler_checks_its_holders_blocks_at_every_step_in_debug_runs():
+    t = table([40, 40])
+    s = Scheduler(t, settings(4096), 100)
+    s.waiting.extend([0, 1])
+    step(s)
+    t.blocks[1] += 1  # a block taken behind the pool's back
+    s.schedule()  # not checked outside debug runs
+    with checks_on(), pytest.raises(InvariantError, match="BLOCKS_CONSERVED.*private blocks"):
+        s.schedule()

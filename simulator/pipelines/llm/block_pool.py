@@ -111,8 +111,3 @@ class BlockPool:
             held = int(self.table.blocks[live].sum()) - sum(self.shared.values())
             require("BLOCKS_CONSERVED", held == self.private,
                     lambda: f"requests hold {held} private blocks, the pool counts {self.private}")
-
-    def check_step(self, live) -> None:
-        """:meth:`check` with the holders ``live``, in debug runs only (``invariants.checking``)."""
-        if checking():
-            self.check(live)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...invariants import checking
 from .block_pool import BlockPool
 from .prefix_cache import PrefixCache
 from .settings import EngineSettings
@@ -257,6 +258,8 @@ class Scheduler:
                 return True
 
             admit_waiting(lambda: waiting[0] if waiting else None, budget, len(self.running), self.sv, lacks, take)
+        if self.holders_known and checking():  # BLOCKS_CONSERVED over the holders' own blocks, in debug runs
+            self.pool.check(self.holders())
         if len(decode) == 0 and not chunks:
             return None
         return Batch(decode, dcomp, chunks)
