@@ -48,7 +48,7 @@ class BlockPool:
 
     def grant(self, ids, need) -> None:
         """Give request(s) ``ids`` ``need`` more blocks each (the caller has checked they fit)."""
-        total = int(np.sum(need))
+        total = int(need) if isinstance(need, int) else int(need.sum())  # a method: np.sum costs a step ~3 us
         if checking():
             require("BLOCKS_CONSERVED", np.all(np.asarray(need) >= 0), lambda: f"a grant of {need} blocks to {ids}")
         if total:
@@ -80,10 +80,9 @@ class BlockPool:
         """Free every block of request(s) ``ids`` (finished, preempted or handed off): private ones to
         the free pool, references to cached units back to the cache."""
         blocks = self.table.blocks
-        if self.cache is None:
-            freed = int(np.sum(blocks[ids]))
-        else:
-            freed = int(np.sum(blocks[ids])) - sum(self._unshare(r) for r in np.atleast_1d(ids).tolist())
+        freed = int(blocks[ids].sum())
+        if self.cache is not None:
+            freed -= sum(self._unshare(r) for r in np.atleast_1d(ids).tolist())
         self.free += freed
         self.private -= freed
         blocks[ids] = 0
