@@ -133,11 +133,14 @@ def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert coalesced[0] == 0
 
 
-@pytest.mark.parametrize("model, tp, pp", [("llama-2-7b", 1, 1), ("mixtral-8x7b", 2, 1), ("llama-2-70b", 4, 2)])
-def test_decode_time_is_the_step_cost_to_the_last_bit(model, tp, pp):
+@pytest.mark.parametrize("model, tp, pp, extra", [
+    ("llama-2-7b", 1, 1, {}), ("mixtral-8x7b", 2, 1, {}), ("llama-2-70b", 4, 2, {}),
+    ("gpt-oss-20b", 1, 1, {}), ("gpt-oss-20b", 2, 3, {"parallel": {"expert_parallel": True}}),  # sliding windows
+    ("deepseek-v3", 8, 1, {"dtype": "fp8", "hardware": {"gpu": "h200"}})])  # MLA, shared experts, dense layers
+def test_decode_time_is_the_step_cost_to_the_last_bit(model, tp, pp, extra):
     from simulator.pipelines.llm.pools import build_cost
 
-    cost = build_cost(load_scenario({"model": model, "parallel": {"tp": tp, "pp": pp},
+    cost = build_cost(load_scenario({"model": model, **extra, "parallel": {"tp": tp, "pp": pp, **extra.get("parallel", {})},
                                      "workload": {"prompt_tokens": 100, "output_tokens": 10}}))
     rng = np.random.default_rng(0)
     n = rng.integers(1, 300, 50)

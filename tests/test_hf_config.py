@@ -18,11 +18,22 @@ QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
            "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 32768,
            "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None}
-DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "kv_lora_rank": 512,
-               "num_hidden_layers": 61, "n_routed_experts": 256, "n_shared_experts": 1}
-GPT_OSS_20B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
-               "layer_types": ["sliding_attention", "full_attention"] * 12, "sliding_window": 128,
-               "quantization_config": {"quant_method": "mxfp4"}}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "first_k_dense_replace": 3, "hidden_size": 7168, "intermediate_size": 18432,
+               "kv_lora_rank": 512, "max_position_embeddings": 163840, "moe_intermediate_size": 2048,
+               "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128, "num_experts_per_tok": 8,
+               "num_hidden_layers": 61, "num_key_value_heads": 128, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+               "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+               "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+GPT_OSS_20B = {"model_type": "gpt_oss", "head_dim": 64, "hidden_size": 2880, "intermediate_size": 2880,
+               "layer_types": ["sliding_attention", "full_attention"] * 12, "max_position_embeddings": 131072,
+               "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8,
+               "num_local_experts": 32, "sliding_window": 128, "vocab_size": 201088,
+               "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                   "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+QWEN2_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+             "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
+             "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
+             "max_position_embeddings": 8192}
 
 
 def _write(tmp_path, cfg, name="model"):
@@ -53,12 +64,35 @@ def test_a_config_runs_with_the_weights_and_kv_of_its_fields(tmp_path, cfg):
     assert r.summary["status"] == "ok"
 
 
-@pytest.mark.parametrize("cfg, field", [(DEEPSEEK_V3, "kv_lora_rank: MLA attention"),
-                                        (GPT_OSS_20B, "layer_types: sliding-window layers"),
-                                        ({**QWEN25_7B, "use_sliding_window": True, "sliding_window": 4096},
-                                         "sliding_window: a 4096-token sliding window"),
+def test_deepseek_gpt_oss_and_qwen_moe_configs_read_as_their_catalog_shapes(tmp_path):
+    for cfg, catalog in ((DEEPSEEK_V3, "deepseek-v3"), (GPT_OSS_20B, "gpt-oss-20b")):
+        got = simulator.load_scenario({"model": str(_write(tmp_path, cfg, catalog))}).model.model_dump()
+        want = simulator.load_scenario({"model": catalog}).model.model_dump()
+        keep = lambda spec: {k: v for k, v in spec.items() if k not in ("name", "sources", "tokenizer")}  # noqa: E731
+        assert keep(got) == keep(want), catalog
+    qwen = simulator.load_scenario({"model": str(_write(tmp_path, QWEN2_MOE, "qwen"))}).model
+    assert (qwen.experts, qwen.top_k, qwen.ffn, qwen.shared_ffn) == (60, 4, 1408, 5632)
+
+
+@pytest.mark.parametrize("quant, want", [({"quant_method": "awq", "bits": 4, "group_size": 128}, ("int4", "linear", 128)),
+                                         ({"quant_method": "gptq", "bits": 4, "group_size": -1}, ("int4", "linear", 65536)),
+                                         ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, ("nvfp4", "linear", 128))])
+def test_4bit_checkpoints_are_read_as_their_format(tmp_path, quant, want):
+    model = simulator.load_scenario({"model": str(_write(tmp_path, {**QWEN25_7B, "quantization_config": quant}))}).model
+    assert (model.weights.format, model.weights.modules, model.weights.group_size) == want
+
+
+@pytest.mark.parametrize("cfg, field", [({**QWEN25_7B, "use_sliding_window": True, "sliding_window": 4096},
+                                         "sliding_window: every layer slides over 4096"),
+                                        ({**GPT_OSS_20B, "layer_types": ["sliding_attention"] * 3},
+                                         "layer_types: 3 entries for 24 layers"),
+                                        ({**QWEN25_7B, "quantization_config": {"quant_method": "compressed-tensors"}},
+                                         "quantization_config: 'compressed-tensors' weights are not modelled"),
+                                        ({**QWEN25_7B, "quantization_config": {"quant_method": "gptq", "bits": 8}},
+                                         "quantization_config: 8-bit gptq weights are not modelled"),
                                         ({**QWEN25_7B, "model_type": "falcon"}, "model_type 'falcon' is not read yet"),
                                         ({**QWEN25_7B, "hidden_size": "big"}, "hidden_size must be a positive whole"),
+                                        ({**DEEPSEEK_V3, "qk_rope_head_dim": 0}, "qk_rope_head_dim must be a positive"),
                                         ({k: v for k, v in QWEN25_7B.items() if k != "vocab_size"}, "lacks vocab_size")])
 def test_what_is_not_modelled_is_one_line_naming_the_field(tmp_path, cfg, field):
     folder = _write(tmp_path, cfg)

@@ -114,9 +114,32 @@ FIELD_DOCS: dict[str, str] = {
     "LLMSpec.context_length": "Longest sequence (prompt + output) the model accepts.",
     "LLMSpec.experts": "MoE experts per layer (1: dense).",
     "LLMSpec.top_k": "Experts each token is routed to.",
+    "LLMSpec.shared_ffn": "Intermediate size of the shared experts every token runs besides its routed ones "
+                          "(DeepSeek's n_shared_experts x moe_intermediate_size; Qwen MoE's shared expert).",
+    "LLMSpec.dense_layers": "Leading layers of an MoE with a dense MLP instead of experts (DeepSeek's first_k_dense_replace).",
+    "LLMSpec.dense_ffn": "Intermediate size of the dense layers' MLP.",
+    "LLMSpec.sliding_window": "Tokens a sliding-window layer attends to (its last ones).",
+    "LLMSpec.sliding_layers": "Layers that attend to the sliding window only (gpt-oss: every other one); their KV "
+                              "is held for a window per batch slot, the others' per token.",
+    "LLMSpec.mla": "Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): K and V cached as one latent per "
+                   "token and layer, on every TP rank.",
+    "LLMSpec.weights": "A quantized checkpoint: its weights' format and which weights it covers; unset: the "
+                       "scenario's dtype (an FP8 checkpoint runs with dtype: fp8).",
+    "MLASpec.kv_lora_rank": "Width of the cached latent (kv_lora_rank).",
+    "MLASpec.rope_head_dim": "Width of the rotary key shared by the heads, cached beside the latent (qk_rope_head_dim).",
+    "MLASpec.nope_head_dim": "Width of each head's non-rotary query and key (qk_nope_head_dim).",
+    "MLASpec.v_head_dim": "Width of each head's value (v_head_dim).",
+    "MLASpec.q_lora_rank": "Width of the query's low-rank bottleneck (q_lora_rank); 0: queries projected directly.",
+    "WeightQuant.format": "Checkpoint weight format: mxfp4 (4.25 bits), nvfp4 (4.5), int4 (AWQ/GPTQ, 4 + 20/group), fp8.",
+    "WeightQuant.modules": "Which weights the format covers: every linear layer but the LM head, or the routed "
+                           "experts alone (gpt-oss).",
+    "WeightQuant.group_size": "int4: weights per fp16 scale and 4-bit zero point.",
     "LLMSpec.tokenizer": "Tokenizer family; informational.",
     "LLMSpec.sources": "Where each figure comes from; not used by the model.",
     "LLMScenario.parallel": "Tensor, pipeline and data parallelism.",
+    "LLMParallel.expert_parallel": "Shard whole experts across the TP ranks (vLLM's --enable-expert-parallel) "
+                                   "instead of each expert's columns: each rank runs its experts for the tokens "
+                                   "routed to them, and the step waits for the busiest rank.",
     "LLMParallel.tp": "Tensor-parallel degree: GPUs sharing each layer, with all-reduces over the GPU link.",
     "LLMParallel.pp": "Pipeline-parallel degree: stages of consecutive layers.",
     "LLMParallel.allreduce": "How the engine all-reduces TP activations: vllm (custom one-/two-shot NVLink "

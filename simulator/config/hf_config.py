@@ -2,16 +2,21 @@
 
 The fields are those of ``transformers``' configuration classes for each ``model_type``
 (``LlamaConfig``, ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``,
-``Qwen2MoeConfig``/``Qwen3MoeConfig``): ``num_hidden_layers``, ``hidden_size``,
-``num_attention_heads``, ``num_key_value_heads`` (defaults to the heads: multi-head attention),
-``head_dim`` (defaults to hidden / heads), ``intermediate_size`` (an MoE's per-expert
-``moe_intermediate_size`` where it has one), ``vocab_size``, ``max_position_embeddings``,
-``num_local_experts`` or ``num_experts`` and ``num_experts_per_tok``. What lastmile does not model
-yet is a one-line error naming the field: MLA attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi),
-sliding-window attention shorter than the context (``sliding_window`` with ``use_sliding_window``,
-or gpt-oss's ``layer_types``), shared experts (``shared_expert_intermediate_size``,
-``n_shared_experts``), and weight quantization other than FP8 (``quantization_config``: MXFP4,
-NVFP4, AWQ, GPTQ); an FP8 checkpoint runs with the scenario's ``dtype: fp8``.
+``Qwen2MoeConfig``/``Qwen3MoeConfig``, ``DeepseekV2Config``/``DeepseekV3Config`` (Kimi K2 ships the
+latter), ``GptOssConfig``): ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+``num_key_value_heads`` (defaults to the heads: multi-head attention), ``head_dim`` (defaults to
+hidden / heads), ``intermediate_size`` (an MoE's per-expert ``moe_intermediate_size`` where it has
+one), ``vocab_size``, ``max_position_embeddings``, the experts (``num_local_experts``,
+``num_experts`` or ``n_routed_experts``; ``num_experts_per_tok``), shared experts
+(``shared_expert_intermediate_size``, or ``n_shared_experts`` of the per-expert size), leading dense
+layers (``first_k_dense_replace``, or Qwen's ``mlp_only_layers``, of ``intermediate_size``), MLA
+(``kv_lora_rank``, ``q_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``),
+sliding-window layers (gpt-oss's ``layer_types``, or every layer with ``sliding_window`` and
+``use_sliding_window``), and the checkpoint's ``quantization_config`` (FP8 runs with the scenario's
+``dtype: fp8``; MXFP4, NVFP4 and 4-bit AWQ/GPTQ are read as the weights' format, on the MoE experts
+alone where the attention layers are left unconverted). What lastmile does not model is a one-line
+error naming the field: every layer sliding (the KV pool counts full-attention layers), other
+quantization methods and bit widths.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-ARCHITECTURES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
-"""``model_type`` values read (dense and mixture-of-experts decoders with grouped-query attention)."""
+ARCHITECTURES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+                 "deepseek_v3", "kimi_k2", "gpt_oss")
+"""``model_type`` values read (dense and mixture-of-experts decoders with grouped-query or latent attention)."""
 
 
 def is_hf_config(value) -> bool:
@@ -42,28 +48,79 @@ def _field(cfg: dict, name: str, where: str, default=None):
     return value
 
 
-def _unsupported(cfg: dict, where: str) -> None:
-    """A one-line error for the first feature of the config that lastmile does not model."""
-    context = cfg.get("max_position_embeddings") or 0
+def _fail(where: str, name: str, why: str):
+    raise ConfigError(f"{where}: {name}: {why}", path="model")
+
+
+def _sliding(cfg: dict, where: str, layers: int) -> dict:
+    """The sliding-window layers: gpt-oss's ``layer_types``, or every layer (a window shorter than the context)."""
     window = cfg.get("sliding_window")
-    checks = [
-        ("kv_lora_rank", cfg.get("kv_lora_rank"), "MLA attention (DeepSeek-V2/V3, Kimi): its compressed KV and "
-                                                 "attention cost are not modelled yet"),
-        ("layer_types", cfg.get("layer_types") and "sliding_attention" in cfg.get("layer_types"),
-         "sliding-window layers (gpt-oss, Gemma) are not modelled yet"),
-        ("sliding_window", window and cfg.get("use_sliding_window", True) and window < context,
-         f"a {window}-token sliding window shorter than the {context}-token context is not modelled yet"),
-        ("shared_expert_intermediate_size", cfg.get("shared_expert_intermediate_size"),
-         "shared experts are not modelled yet"),
-        ("n_shared_experts", cfg.get("n_shared_experts"), "shared experts are not modelled yet"),
-    ]
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and "sliding_attention" in types:
+        if len(types) != layers:
+            _fail(where, "layer_types", f"{len(types)} entries for {layers} layers")
+        return {"sliding_window": _field(cfg, "sliding_window", where), "sliding_layers": types.count("sliding_attention")}
+    context = cfg.get("max_position_embeddings") or 0
+    if window and cfg.get("use_sliding_window", True) and window < context:
+        _fail(where, "sliding_window", f"every layer slides over {window} of the {context}-token context: not modelled "
+                                       "(the KV pool counts the full-attention layers' tokens)")
+    return {}
+
+
+def _weights(cfg: dict, where: str, moe: bool) -> dict:
+    """The checkpoint's format (``quantization_config``): FP8 is the scenario's dtype, 4-bit formats its weights."""
     quant = cfg.get("quantization_config")
-    if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() != "fp8":
-        checks.append(("quantization_config", True, f"{quant.get('quant_method')!r} weights are not modelled yet "
-                                                    "(FP8 runs with dtype: fp8)"))
-    for name, present, why in checks:
-        if present:
-            raise ConfigError(f"{where}: {name}: {why}", path="model")
+    if not isinstance(quant, dict):
+        return {}
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return {}
+    skipped = " ".join(map(str, quant.get("modules_to_not_convert") or quant.get("exclude_modules") or []))
+    modules = "experts" if moe and "attn" in skipped else "linear"
+    if method == "mxfp4":
+        return {"weights": {"format": "mxfp4", "modules": modules}}
+    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "NVFP4":
+        return {"weights": {"format": "nvfp4", "modules": modules}}
+    if method in ("awq", "gptq"):
+        bits = quant.get("bits", quant.get("w_bit"))
+        if bits != 4:
+            _fail(where, "quantization_config", f"{bits}-bit {method} weights are not modelled (4-bit are)")
+        group = quant.get("group_size", quant.get("q_group_size", 128))
+        group = group if isinstance(group, int) and group > 0 else 1 << 16  # -1: one scale per column
+        return {"weights": {"format": "int4", "modules": modules, "group_size": min(group, 1 << 16)}}
+    _fail(where, "quantization_config", f"{quant.get('quant_method')!r} weights are not modelled (FP8 runs with "
+                                        "dtype: fp8; mxfp4, NVFP4 modelopt, 4-bit awq and gptq are read)")
+
+
+def _moe(cfg: dict, where: str, layers: int) -> dict:
+    """Experts, shared experts and leading dense layers of an MoE config (empty for a dense one)."""
+    key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), None)
+    experts = _field(cfg, key, where) if key else 1
+    if experts == 1:
+        return {}
+    per_expert = "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size"
+    ffn = _field(cfg, per_expert, where)
+    out = {"experts": experts, "top_k": _field(cfg, "num_experts_per_tok", where), "ffn": ffn}
+    if cfg.get("shared_expert_intermediate_size"):
+        out["shared_ffn"] = _field(cfg, "shared_expert_intermediate_size", where)
+    elif cfg.get("n_shared_experts"):
+        out["shared_ffn"] = _field(cfg, "n_shared_experts", where) * ffn
+    dense = cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
+    if dense:
+        if not isinstance(dense, int) or dense >= layers:
+            _fail(where, "first_k_dense_replace", f"{dense!r} dense layers of {layers}")
+        out.update(dense_layers=dense, dense_ffn=_field(cfg, "intermediate_size", where))
+    return out
+
+
+def _mla(cfg: dict, where: str) -> dict:
+    """MLA's widths (DeepSeek-V2/V3, Kimi K2); its head_dim is the query's nope + rope width."""
+    if not cfg.get("kv_lora_rank"):
+        return {}
+    mla = {"kv_lora_rank": _field(cfg, "kv_lora_rank", where), "rope_head_dim": _field(cfg, "qk_rope_head_dim", where),
+           "nope_head_dim": _field(cfg, "qk_nope_head_dim", where), "v_head_dim": _field(cfg, "v_head_dim", where),
+           "q_lora_rank": _field(cfg, "q_lora_rank", where) if cfg.get("q_lora_rank") is not None else 0}
+    return {"mla": mla, "head_dim": mla["rope_head_dim"] + mla["nope_head_dim"]}
 
 
 def spec_from_hf(value: str, base_dir: Path) -> dict:
@@ -83,25 +140,25 @@ def spec_from_hf(value: str, base_dir: Path) -> dict:
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where} is not a config.json (a JSON object)", path="model")
     kind = cfg.get("model_type")
-    _unsupported(cfg, where)  # a feature not modelled names itself, whatever the architecture
     if kind not in ARCHITECTURES:
         raise ConfigError(f"{where}: model_type {kind!r} is not read yet; known: {', '.join(ARCHITECTURES)}",
                           path="model")
     heads = _field(cfg, "num_attention_heads", where)
     hidden = _field(cfg, "hidden_size", where)
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 1
-    moe = experts > 1
+    layers = _field(cfg, "num_hidden_layers", where)
     spec = {
         "name": str(cfg.get("_name_or_path") or p.parent.name or "hf-model"),
-        "layers": _field(cfg, "num_hidden_layers", where), "hidden": hidden, "heads": heads,
+        "layers": layers, "hidden": hidden, "heads": heads,
         "kv_heads": _field(cfg, "num_key_value_heads", where, heads),
         "head_dim": _field(cfg, "head_dim", where, hidden // heads),
-        "ffn": _field(cfg, "moe_intermediate_size" if moe and "moe_intermediate_size" in cfg else "intermediate_size",
-                      where),
+        "ffn": _field(cfg, "intermediate_size", where),
         "vocab": _field(cfg, "vocab_size", where),
         "context_length": _field(cfg, "max_position_embeddings", where),
-        "experts": _field(cfg, "num_local_experts" if "num_local_experts" in cfg else "num_experts", where, 1),
-        "top_k": _field(cfg, "num_experts_per_tok", where, 1) if moe else 1,
         "sources": {"shape": f"{where} (model_type {kind})"},
     }
+    moe = _moe(cfg, where, layers)
+    spec.update(moe)
+    spec.update(_mla(cfg, where))
+    spec.update(_sliding(cfg, where, layers))
+    spec.update(_weights(cfg, where, bool(moe)))
     return spec

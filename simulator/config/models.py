@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from ..errors import ConfigError
 from .quantities import (NO_BOOL, Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
-                         Seconds)
+                         Seconds, Whole)
 
 LOGNORMAL_TAIL_SIGMAS = 6
 """A lognormal without ``max`` is bounded at median x exp(6 sigma) for admission checks: a draw
@@ -159,8 +159,34 @@ class CPUCosts(Strict):
     measured: Optional[dict] = None
 
 
+class MLASpec(Strict):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 Sec. 2.1): keys and values cached as
+    one ``kv_lora_rank``-wide latent plus a ``rope_head_dim``-wide shared rotary key per token and
+    layer; queries through a ``q_lora_rank`` bottleneck (0: projected directly)."""
+
+    kv_lora_rank: Count(1 << 16)
+    rope_head_dim: Count(1024)
+    nope_head_dim: Count(1024)
+    v_head_dim: Count(1024)
+    q_lora_rank: Whole(1 << 16) = 0
+
+
+WEIGHT_FORMATS = ("fp8", "mxfp4", "nvfp4", "int4")
+"""Checkpoint weight formats a model may declare (``weights.format``)."""
+
+
+class WeightQuant(Strict):
+    """A quantized checkpoint: the format of its weights and which of them it covers (every linear
+    layer but the LM head, or the MoE experts alone, as gpt-oss's MXFP4 checkpoint does)."""
+
+    format: Literal["fp8", "mxfp4", "nvfp4", "int4"]
+    modules: Literal["linear", "experts"] = "linear"
+    group_size: Count(1 << 16) = 128  # int4 only: elements per fp16 scale and 4-bit zero point
+
+
 class LLMSpec(Strict):
-    """A decoder-only transformer's shape (dense, GQA or MoE)."""
+    """A decoder-only transformer's shape (dense, GQA, MLA or MoE; optionally sliding-window layers,
+    leading dense layers, shared experts and a quantized checkpoint)."""
 
     name: str
     layers: Count(1024)
@@ -173,6 +199,13 @@ class LLMSpec(Strict):
     context_length: Count(MAX_CONTEXT)
     experts: Count(1024) = 1
     top_k: Count(1024) = 1
+    shared_ffn: Whole(1 << 20) = 0      # intermediate size of the shared experts every token runs
+    dense_layers: Whole(1024) = 0       # leading layers with a dense MLP in an MoE (DeepSeek's first_k_dense_replace)
+    dense_ffn: Whole(1 << 20) = 0       # their intermediate size
+    sliding_window: Optional[Count(MAX_CONTEXT)] = None
+    sliding_layers: Whole(1024) = 0     # layers attending to the last sliding_window tokens only
+    mla: Optional[MLASpec] = None
+    weights: Optional[WeightQuant] = None
     tokenizer: str = "byte-level-bpe"
     sources: dict[str, str] = {}
 
@@ -182,6 +215,21 @@ class LLMSpec(Strict):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        if (self.dense_layers or self.shared_ffn) and self.experts == 1:
+            raise ValueError("dense_layers and shared_ffn describe an MoE: set experts > 1")
+        if self.dense_layers >= self.layers:
+            raise ValueError(f"dense_layers ({self.dense_layers}) must be fewer than layers ({self.layers})")
+        if self.dense_layers and not self.dense_ffn:
+            raise ValueError("dense_layers needs dense_ffn, the dense layers' intermediate size")
+        if bool(self.sliding_layers) != (self.sliding_window is not None):
+            raise ValueError("sliding_window and sliding_layers go together (the window, and how many layers use it)")
+        if self.sliding_layers >= self.layers:
+            raise ValueError(f"sliding_layers ({self.sliding_layers}) must be fewer than layers ({self.layers}): the "
+                             "KV pool counts the full-attention layers' tokens")
+        if self.mla is not None and self.sliding_layers:
+            raise ValueError("sliding-window MLA layers are not modelled")
+        if self.weights is not None and self.weights.modules == "experts" and self.experts == 1:
+            raise ValueError("weights.modules: experts needs an MoE (experts > 1)")
         return self
 
 
@@ -220,6 +268,7 @@ class LLMParallel(Strict):
 
     tp: Count(1024) = 1
     pp: Count(1024) = 1
+    expert_parallel: bool = False  # vLLM's --enable-expert-parallel: whole experts sharded across the TP ranks
     allreduce: Literal["vllm", "nccl"] = "vllm"
     replicas: Count(10_000) = 1
 

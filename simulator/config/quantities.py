@@ -89,5 +89,10 @@ def Count(limit: int):  # noqa: N802 - a type factory, read like a type
     return Annotated[int, NO_BOOL, Field(gt=0, le=limit)]
 
 
+def Whole(limit: int):  # noqa: N802 - a type factory, read like a type
+    """A whole number from 0 to ``limit`` (never a boolean)."""
+    return Annotated[int, NO_BOOL, Field(ge=0, le=limit)]
+
+
 Fraction = Annotated[float, NO_BOOL, Field(gt=0, le=1, allow_inf_nan=False)]
 """A number in (0, 1]."""

@@ -185,6 +185,7 @@ class LLMMemory(_Summary):
     activations_gib: float
     kv_cache_gib: float
     capacity_gib: float
+    sliding_kv_gib: Optional[float] = None  # the sliding-window layers' KV, reserved per batch slot
 
 
 class StageSummary(_Summary):

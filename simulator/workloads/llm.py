@@ -18,6 +18,7 @@ from ..hardware.allreduce import ALLREDUCE_POLICIES, AllReduceLink
 from ..hardware.collectives import p2p_time
 from ..hardware.gpu import GPU
 from ..hardware.ops import DTYPE_BYTES, Op
+from .weights import bits_per_weight
 
 LAYER_KERNELS = ("add_rms_norm", "qkv", "rotary", "kv_cache_write", "attention", "o_proj",
                  "add_rms_norm", "gate_up", "silu_and_mul", "down")
@@ -71,12 +72,39 @@ class FusedMoEKernel:
         ``try_get_optimal_moe_config``: ``min(keys, key=lambda x: abs(x - M))``)."""
         return min(self.block_size_m, key=lambda kv: abs(kv[0] - tokens))[1]
 
-    def padded_rows(self, tokens: int, experts: int, top_k: int) -> tuple[float, float]:
+    def padded_rows(self, tokens: float, experts: int, top_k: int, step_tokens: int | None = None) -> tuple[float, float]:
         """(experts hit, rows each grouped GEMM multiplies) for ``tokens`` tokens routed evenly to
-        ``top_k`` of ``experts`` each: every hit expert's rows rounded up to BLOCK_SIZE_M."""
+        ``top_k`` of ``experts`` each: every hit expert's rows rounded up to BLOCK_SIZE_M (picked by
+        the step's token count, ``step_tokens``, default ``tokens``)."""
         hit = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-        bm = self.block_m(tokens)
+        bm = self.block_m(tokens if step_tokens is None else step_tokens)
         return hit, hit * bm * math.ceil(tokens * top_k / hit / bm)
+
+
+def busiest_rank_rows(routed: int, ranks: int, cap: int) -> float:
+    """Expected token-expert pairs on the busiest of ``ranks`` expert-parallel ranks when ``routed``
+    pairs land uniformly at random: the balls-into-bins maximum, mean + sqrt(2 var ln ranks) (Raab
+    & Steger, "Balls into Bins - A Simple and Tight Analysis", RANDOM 1998, Theorem 1, for
+    routed >= ranks ln ranks), at most ``cap``. Real routers are skewed beyond this (a floor)."""
+    mean = routed / ranks
+    return min(float(cap), mean + math.sqrt(2.0 * mean * (1.0 - 1.0 / ranks) * math.log(ranks)))
+
+
+def window_pairs(chunks, window: int) -> tuple[float, float]:
+    """(causal query-key pairs, keys read) of prefill chunks (cached p, new n) in a layer whose
+    queries see the last ``window`` positions: the query at position j (1-based) attends to
+    min(j, window) keys (Mistral's sliding window, Jiang et al. 2023, Sec. 2)."""
+    pairs = keys = 0.0
+    for p, n in chunks:
+        end = p + n
+        if end <= window:
+            pairs += n * (p + (n + 1) / 2)
+        elif p >= window:
+            pairs += n * window
+        else:
+            pairs += (window * (window + 1) - p * (p + 1)) / 2 + (end - window) * window
+        keys += min(p, window) + n
+    return pairs, keys
 
 
 ALLREDUCES_PER_LAYER = 2
@@ -105,6 +133,18 @@ SAMPLING_LOGIT_PASSES = 2
 
 
 @dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention's widths (``config.models.MLASpec``): the query bottleneck (0:
+    none), the cached latent, the shared rotary key, and each head's non-rotary key and value."""
+
+    q_lora: int
+    kv_lora: int
+    rope: int
+    nope: int
+    v: int
+
+
+@dataclass(frozen=True)
 class LLMShape:
     """The per-GPU shape of a model under tensor and pipeline parallelism."""
 
@@ -117,33 +157,74 @@ class LLMShape:
     vocab: int
     experts: int = 1
     top_k: int = 1
+    shared_ffn: int = 0        # shared experts' intermediate size (every token runs them)
+    dense_layers: int = 0      # leading dense-MLP layers of an MoE, of intermediate size dense_ffn
+    dense_ffn: int = 0
+    window: int = 0            # sliding window of the sliding_layers (0: every layer attends to all)
+    sliding_layers: int = 0
+    mla: MLA | None = None
+    weight_bits: float = 0.0   # bits per weight of the quantized checkpoint (0: the run's dtype)
+    quantized: str = "linear"  # which weights carry them: every linear layer, or the routed experts
 
     @classmethod
     def from_spec(cls, spec) -> "LLMShape":
+        mla, quant = getattr(spec, "mla", None), getattr(spec, "weights", None)
         return cls(spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.ffn,
-                   spec.vocab, spec.experts, spec.top_k)
+                   spec.vocab, spec.experts, spec.top_k, getattr(spec, "shared_ffn", 0),
+                   getattr(spec, "dense_layers", 0), getattr(spec, "dense_ffn", 0),
+                   getattr(spec, "sliding_window", None) or 0, getattr(spec, "sliding_layers", 0),
+                   None if mla is None else MLA(mla.q_lora_rank, mla.kv_lora_rank, mla.rope_head_dim,
+                                                mla.nope_head_dim, mla.v_head_dim),
+                   0.0 if quant is None else bits_per_weight(quant.format, quant.group_size),
+                   "linear" if quant is None else quant.modules)
+
+    def attention_params(self) -> tuple[int, int]:
+        """(params split across TP ranks, params every rank holds whole) of one layer's attention.
+        MLA's down-projections to the query bottleneck and the latent are replicated in vLLM
+        (``ReplicatedLinear`` q_a_proj and kv_a_proj_with_mqa, vllm/model_executor/models/deepseek_v2.py)."""
+        h, m = self.hidden, self.mla
+        if m is None:
+            hd = self.head_dim
+            return h * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * h, 0
+        q_in = m.q_lora or h
+        split = q_in * self.heads * (m.nope + m.rope) + m.kv_lora * self.heads * (m.nope + m.v) + self.heads * m.v * h
+        whole = h * (m.kv_lora + m.rope) + m.kv_lora + (h * m.q_lora + m.q_lora if m.q_lora else 0)
+        return split, whole
 
     def layer_params(self) -> tuple[int, int]:
-        """(attention params, MLP params of all experts) of one layer."""
-        h, hd = self.hidden, self.head_dim
-        attn = h * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * h
-        mlp = 3 * h * self.ffn * self.experts + (h * self.experts if self.experts > 1 else 0)
-        return attn, mlp
+        """(attention params, MLP params of all experts) of one (MoE, if any) layer."""
+        split, whole = self.attention_params()
+        h = self.hidden
+        mlp = 3 * h * self.ffn * self.experts + (h * self.experts if self.experts > 1 else 0) + 3 * h * self.shared_ffn
+        return split + whole, mlp
 
     def params(self) -> int:
         """Total parameters (untied embedding and LM head, norms included)."""
         attn, mlp = self.layer_params()
-        return self.layers * (attn + mlp + 2 * self.hidden) + 2 * self.vocab * self.hidden + self.hidden
+        dense = self.dense_layers * (3 * self.hidden * self.dense_ffn - mlp)
+        return self.layers * (attn + mlp + 2 * self.hidden) + dense + 2 * self.vocab * self.hidden + self.hidden
 
     def active_params(self) -> int:
-        """Parameters touched per token (top-k experts only)."""
+        """Parameters touched per token (top-k experts and the shared ones only)."""
         attn, _ = self.layer_params()
-        mlp = 3 * self.hidden * self.ffn * self.top_k
-        return self.layers * (attn + mlp + 2 * self.hidden) + 2 * self.vocab * self.hidden
+        mlp = 3 * self.hidden * (self.ffn * self.top_k + self.shared_ffn)
+        dense = self.dense_layers * (3 * self.hidden * self.dense_ffn - mlp)
+        return self.layers * (attn + mlp + 2 * self.hidden) + dense + 2 * self.vocab * self.hidden
+
+    @property
+    def full_layers(self) -> int:
+        """Layers attending to the whole context (their KV grows with it: what the KV pool counts)."""
+        return self.layers - self.sliding_layers
+
+    def kv_elements_per_layer(self) -> int:
+        """K and V elements one token caches in one layer: MLA's latent and rotary key, else K and V per KV head."""
+        if self.mla is not None:
+            return self.mla.kv_lora + self.mla.rope
+        return 2 * self.kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """K and V bytes of one token across all layers (whole model)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        """K and V bytes of one token across the full-attention layers (whole model)."""
+        return self.full_layers * self.kv_elements_per_layer() * dtype_bytes
 
 
 @dataclass
@@ -174,6 +255,7 @@ class LLMCostModel:
     attention: DecodeAttentionKernel | None = None
     moe: FusedMoEKernel | None = None
     step_time: object | None = None  # a StepTime: the step as a function of its batch, not the roofline
+    expert_parallel: bool = False    # whole experts sharded across the TP ranks (vLLM --enable-expert-parallel)
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -190,74 +272,164 @@ class LLMCostModel:
     def layers_per_stage(self) -> int:
         return math.ceil(self.shape.layers / self.pp)
 
-    def weight_bytes_per_gpu(self) -> float:
-        """Weights one GPU holds: its layers' share under TP plus its share of embedding/LM head."""
+    def weight_bytes(self, experts: bool = False) -> float:
+        """Bytes of one weight of a linear layer (``experts``: of a routed expert): the quantized
+        checkpoint's bits where it covers the layer, else the run's dtype."""
         s = self.shape
-        attn, mlp = s.layer_params()
-        per_layer = (attn + mlp) / self.tp + 2 * s.hidden
+        if s.weight_bits and (experts or s.quantized == "linear"):
+            return s.weight_bits / 8
+        return self.b
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights one GPU holds: its layers' share under TP (experts whole under expert parallelism:
+        the same share) plus its share of embedding/LM head; replicated projections whole."""
+        s, b = self.shape, self.b
+        split, whole = s.attention_params()
+        h = s.hidden
+        wa, we = self.weight_bytes(), self.weight_bytes(experts=True)
+        if s.experts > 1:
+            moe = 3 * h * s.ffn * s.experts * we + (h * s.experts + 3 * h * s.shared_ffn) * wa
+        else:
+            moe = 3 * h * s.ffn * wa
+        per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
+        dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
         emb = s.vocab * s.hidden / self.tp
-        return (self.layers_per_stage * per_layer + emb) * self.b
+        return self.layers_per_stage * (per_layer + dense / s.layers) + emb * b
 
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """K/V bytes one token occupies on one GPU."""
-        kv_heads = max(1, self.shape.kv_heads // self.tp)
-        return 2 * self.layers_per_stage * kv_heads * self.shape.head_dim * self.b
+        """K/V bytes one token occupies on one GPU in the full-attention layers (the sliding ones'
+        are :meth:`sliding_kv_bytes`). MLA's latent is one head every TP rank caches whole."""
+        s = self.shape
+        full = self.layers_per_stage * s.full_layers / s.layers if s.sliding_layers else self.layers_per_stage
+        if s.mla is not None:
+            return full * s.kv_elements_per_layer() * self.b
+        kv_heads = max(1, s.kv_heads // self.tp)
+        return 2 * full * kv_heads * s.head_dim * self.b
 
-    def _linear_ops(self, t: int) -> list[Op]:
-        """One layer's token-parallel ops (everything but attention) for t new tokens."""
+    def sliding_kv_bytes(self, sequences: int, block_size: int) -> float:
+        """KV bytes the sliding-window layers hold on one GPU for ``sequences`` running requests: a
+        window and one partial block each (vLLM's hybrid allocator frees the blocks a window has
+        left, ``SlidingWindowManager.remove_skipped_blocks`` in vllm/v1/core/single_type_kv_cache_manager.py),
+        reserved for the whole batch up front."""
+        s = self.shape
+        if not s.sliding_layers:
+            return 0.0
+        per_token = 2 * max(1, s.kv_heads // self.tp) * s.head_dim * self.b
+        layers = self.layers_per_stage * s.sliding_layers / s.layers
+        return sequences * (s.window + block_size) * layers * per_token
+
+    def _linear_ops(self, t: int, dense_mlp: bool = False) -> list[Op]:
+        """One layer's token-parallel ops (everything but attention) for t new tokens (``dense_mlp``:
+        of one of an MoE's leading dense layers)."""
         s, b, tp, dt = self.shape, self.b, self.tp, self.dtype
         h = s.hidden
-        q_out = s.heads * s.head_dim // tp
-        kv_out = 2 * max(1, s.kv_heads // tp) * s.head_dim
-        ops = [
-            # fused_add_rms_norm: reads x and the residual, writes the new residual and x normed.
-            Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
-            Op("qkv", 2 * t * h * (q_out + kv_out), (h * (q_out + kv_out) + t * h + t * (q_out + kv_out)) * b,
-               gemm=(t, q_out + kv_out, h), dtype=dt),
-            # rotary_embedding rotates q and k in place: reads and writes both.
-            Op("rotary", 6 * t * (q_out + kv_out // 2), 2 * t * (q_out + kv_out // 2) * b, dtype=dt),
-            # reshape_and_cache_flash: reads the new k and v, writes them into their cache slots.
-            Op("kv_cache_write", 0.0, 2 * t * kv_out * b, dtype=dt),
-            Op("o_proj", 2 * t * q_out * h, (q_out * h + t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=dt),
-            Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
-        ]
-        f = s.ffn // tp
-        if s.experts == 1:
-            ops += [
-                Op("gate_up", 4 * t * h * f, (2 * h * f + t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=dt),
-                Op("silu_and_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
-                Op("down", 2 * t * f * h, (f * h + t * f + t * h) * b, gemm=(t, h, f), dtype=dt),
-            ]
+        w = self.weight_bytes()
+        if s.mla is not None:
+            ops = self._mla_ops(t)
         else:
-            ops += self._moe_ops(t, f)
+            q_out = s.heads * s.head_dim // tp
+            kv_out = 2 * max(1, s.kv_heads // tp) * s.head_dim
+            ops = [
+                # fused_add_rms_norm: reads x and the residual, writes the new residual and x normed.
+                Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
+                Op("qkv", 2 * t * h * (q_out + kv_out), h * (q_out + kv_out) * w + (t * h + t * (q_out + kv_out)) * b,
+                   gemm=(t, q_out + kv_out, h), dtype=dt),
+                # rotary_embedding rotates q and k in place: reads and writes both.
+                Op("rotary", 6 * t * (q_out + kv_out // 2), 2 * t * (q_out + kv_out // 2) * b, dtype=dt),
+                # reshape_and_cache_flash: reads the new k and v, writes them into their cache slots.
+                Op("kv_cache_write", 0.0, 2 * t * kv_out * b, dtype=dt),
+                Op("o_proj", 2 * t * q_out * h, q_out * h * w + (t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=dt),
+            ]
+        ops.append(Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt))
+        if s.experts == 1 or dense_mlp:
+            ops += self._mlp_ops(t, (s.dense_ffn if dense_mlp else s.ffn) // tp)
+        else:
+            ops += self._moe_ops(t)
+            if s.shared_ffn:
+                ops += self._mlp_ops(t, s.shared_ffn // tp, "shared_")
         return ops
 
-    def _moe_ops(self, t: int, f: int) -> list[Op]:
+    def _mlp_ops(self, t: int, f: int, prefix: str = "") -> list[Op]:
+        """A dense gated MLP of (per-rank) intermediate size f: the merged gate/up GEMM, SiluAndMul, down."""
+        h, b, dt, w = self.shape.hidden, self.b, self.dtype, self.weight_bytes()
+        return [
+            Op(prefix + "gate_up", 4 * t * h * f, 2 * h * f * w + (t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=dt),
+            Op(prefix + "silu_and_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
+            Op(prefix + "down", 2 * t * f * h, f * h * w + (t * f + t * h) * b, gemm=(t, h, f), dtype=dt),
+        ]
+
+    def _mla_ops(self, t: int) -> list[Op]:
+        """MLA's projections for t tokens (vLLM's DeepseekV2MLAAttention with the MLA backend): the
+        query's down-projection and norm (if it has a bottleneck) and up-projection, the latent's
+        down-projection and norm, rotary on the rotary parts, the latent's cache write, the latent's
+        up-projection (at decode the absorbed W_UK and W_UV products, at prefill the decompression:
+        the same FLOPs and weights for the step's tokens) and the output projection."""
+        s, b, tp, dt, m = self.shape, self.b, self.tp, self.dtype, self.shape.mla
+        h, w = s.hidden, self.weight_bytes()
+        qh = s.heads // tp
+        q_out, latent, up = qh * (m.nope + m.rope), m.kv_lora + m.rope, qh * (m.nope + m.v)
+        ops = [Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt)]
+        q_in = h
+        if m.q_lora:
+            ops += [Op("q_a_proj", 2 * t * h * m.q_lora, h * m.q_lora * w + (t * h + t * m.q_lora) * b,
+                       gemm=(t, m.q_lora, h), dtype=dt),
+                    Op("q_a_norm", 5 * t * m.q_lora, 2 * t * m.q_lora * b, dtype=dt)]
+            q_in = m.q_lora
+        return ops + [
+            Op("q_proj", 2 * t * q_in * q_out, q_in * q_out * w + (t * q_in + t * q_out) * b, gemm=(t, q_out, q_in),
+               dtype=dt),
+            Op("kv_a_proj", 2 * t * h * latent, h * latent * w + (t * h + t * latent) * b, gemm=(t, latent, h), dtype=dt),
+            Op("kv_a_norm", 5 * t * m.kv_lora, 2 * t * m.kv_lora * b, dtype=dt),
+            Op("rotary", 6 * t * (qh + 1) * m.rope, 2 * t * (qh + 1) * m.rope * b, dtype=dt),
+            Op("kv_cache_write", 0.0, 2 * t * latent * b, dtype=dt),
+            Op("kv_b_proj", 2 * t * m.kv_lora * up, m.kv_lora * up * w + (t * m.kv_lora + t * up) * b,
+               gemm=(t, up, m.kv_lora), dtype=dt),
+            Op("o_proj", 2 * t * qh * m.v * h, qh * m.v * h * w + (t * qh * m.v + t * h) * b, gemm=(t, h, qh * m.v),
+               dtype=dt),
+        ]
+
+    def _moe_ops(self, t: int) -> list[Op]:
         """vLLM's FusedMoE layer for t tokens: the router GEMM (replicated on every TP rank), the
         routing kernels, the block alignment, the w13 grouped GEMM over every hit expert's padded
-        rows, SiLU-and-mul, the w2 grouped GEMM and the top-k sum."""
+        rows, SiLU-and-mul, the w2 grouped GEMM and the top-k sum. Under tensor parallelism every
+        rank runs each expert's 1/tp columns for all routed tokens; under expert parallelism each
+        rank runs its whole experts for the tokens routed to them, and the step waits for the
+        busiest rank (:func:`busiest_rank_rows`); either way the results are all-reduced."""
         s, b, dt, k = self.shape, self.b, self.dtype, self.moe
         h, e = s.hidden, s.experts
-        routed = t * s.top_k
-        hit, rows = k.padded_rows(t, e, s.top_k)
+        w, we = self.weight_bytes(), self.weight_bytes(experts=True)
+        if self.expert_parallel and self.tp > 1:
+            f = s.ffn
+            routed = busiest_rank_rows(t * s.top_k, self.tp, t * min(s.top_k, e // self.tp))
+            hit, rows = k.padded_rows(routed, e // self.tp, 1, t)
+        else:
+            f = s.ffn // self.tp
+            routed = t * s.top_k
+            hit, rows = k.padded_rows(t, e, s.top_k)
         logits = t * e * 4
         return [
-            Op("router", 2 * t * h * e, (h * e + t * h + t * e) * b, gemm=(t, e, h), dtype=dt),
+            Op("router", 2 * t * h * e, h * e * w + (t * h + t * e) * b, gemm=(t, e, h), dtype=dt),
             Op("topk_softmax", 5 * t * e, logits / k.routing_kernels, count=k.routing_kernels, dtype="fp32"),
             Op("moe_align", routed, 4 * (routed + rows) / k.align_kernels, count=k.align_kernels, dtype="fp32"),
-            Op("moe_w13", 2 * rows * 2 * f * h, (hit * 2 * f * h + routed * h + routed * 2 * f) * b,
+            Op("moe_w13", 2 * rows * 2 * f * h, hit * 2 * f * h * we + (routed * h + routed * 2 * f) * b,
                gemm=(math.ceil(rows), 2 * f, h), dtype=dt),
             Op("silu_and_mul", 4 * routed * f, 3 * routed * f * b, dtype=dt),
-            Op("moe_w2", 2 * rows * h * f, (hit * h * f + routed * f + routed * h) * b,
+            Op("moe_w2", 2 * rows * h * f, hit * h * f * we + (routed * f + routed * h) * b,
                gemm=(math.ceil(rows), h, f), dtype=dt),
             Op("moe_sum", routed * h, (routed + t) * h * b, dtype=dt),
         ]
 
     def linear_time(self, t: int) -> float:
-        """GPU time of all token-parallel ops of one stage's layers for t new tokens (memoized)."""
+        """GPU time of all token-parallel ops of one stage's layers for t new tokens (memoized); an
+        MoE's leading dense layers in their share of the stage."""
         cached = self._gemm_cache.get(t)
         if cached is None:
+            s = self.shape
             cached = self.layers_per_stage * self.gpu.ops_time(self._linear_ops(t))
+            if s.dense_layers:
+                dense = self.layers_per_stage * s.dense_layers / s.layers
+                cached = ((self.layers_per_stage - dense) * self.gpu.ops_time(self._linear_ops(t))
+                          + dense * self.gpu.ops_time(self._linear_ops(t, dense_mlp=True)))
             self._gemm_cache[t] = cached
         return cached
 
@@ -299,18 +471,37 @@ class LLMCostModel:
         # Attention time per layer = max(flop_coef * work / rate, byte terms / bw, kernel floor)
         # + the kernel gap: decode at the decode kernel's rate plus its latency, prefill at the GPU's.
         g = self.gpu
-        self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
-                      g.kernel_overhead)
-        self._decode_attn = (2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw, self.attention.latency + g.kernel_overhead)
+        m = s.mla
+        if m is None:
+            self._attn = (4 * qh * hd / rate, 2 * kvh * hd * b / bw, 2 * qh * hd * b / bw, g.kernel_floor,
+                          g.kernel_overhead)
+            d_flop, d_kv, d_q = self._attn[0], 2 * kvh * hd * b / dbw, 2 * qh * hd * b / dbw
+        else:
+            # MLA (vLLM's MLA backends): prefill as multi-head attention over the decompressed keys
+            # (nope + rope wide) and values (v wide); decode absorbed, every head attending to the
+            # cached latent and rotary key (kv_lora + rope wide) as one shared KV head (FlashMLA).
+            qk_v = m.nope + m.rope + m.v
+            self._attn = (2 * qh * qk_v / rate, qh * qk_v * b / bw, qh * qk_v * b / bw, g.kernel_floor,
+                          g.kernel_overhead)
+            latent = m.kv_lora + m.rope
+            d_flop, d_kv, d_q = 2 * qh * (latent + m.kv_lora) / rate, latent * b / dbw, qh * (latent + m.kv_lora) * b / dbw
+        self._decode_attn = (d_kv, d_q, self.attention.latency + g.kernel_overhead)
+        # sliding-window layers: their share of a stage's layers (0: none) and the window
+        full = self.layers_per_stage
+        slide = 0.0
+        if s.sliding_layers:
+            slide = self.layers_per_stage * s.sliding_layers / s.layers
+            full = self.layers_per_stage * s.full_layers / s.layers
+        self._layer_split = (full, slide, s.window)
         # what a decode-only step's attention is made of: (flop, kv byte, query byte, floor, fixed, layers, pp)
-        self.decode_terms = (self._attn[0], *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
+        self.decode_terms = (d_flop, *self._decode_attn[:2], g.kernel_floor, self._decode_attn[2],
                               self.layers_per_stage, self.pp)
         self._decode_base: dict[int, tuple[float, float]] = {}
         self._decode = None  # decode_timer()'s function, made on first use
 
     def attention_time(self, decode_context: float, decode_requests: int,
                        prefill_pairs: float, prefill_kv_tokens: float, prefill_tokens: float,
-                       decode_queries: int = 1) -> float:
+                       decode_queries: int = 1, windowed: tuple[float, float] | None = None) -> float:
         """Attention of one stage's layers.
 
         ``decode_context``: sum of context lengths of decoding requests; ``prefill_pairs``:
@@ -318,20 +509,36 @@ class LLMCostModel:
         ``prefill_kv_tokens``: sum of p + n (keys read); ``prefill_tokens``: sum of n.
         ``decode_queries``: query tokens per decoding request (k + 1 when it verifies k drafts:
         each reads its context's K/V once, as the decode kernel does for a multi-token query, and
-        does that many times the query-key work).
+        does that many times the query-key work). ``windowed``: the prefill chunks' (pairs, keys)
+        within the sliding window (:func:`window_pairs`), for the sliding-window layers, whose
+        decodes read at most the window of each context.
         """
+        full, slide, window = self._layer_split
+        t = self._layer_attention(decode_context, decode_requests, prefill_pairs, prefill_kv_tokens, prefill_tokens,
+                                  decode_queries)
+        if not slide:
+            return self.layers_per_stage * t
+        pairs, keys = windowed if windowed is not None else (prefill_pairs, prefill_kv_tokens)
+        ctx = min(decode_context, decode_requests * (window + decode_queries - 1))
+        return full * t + slide * self._layer_attention(ctx, decode_requests, pairs, keys, prefill_tokens,
+                                                        decode_queries)
+
+    def _layer_attention(self, decode_context: float, decode_requests: int, prefill_pairs: float,
+                         prefill_kv_tokens: float, prefill_tokens: float, decode_queries: int) -> float:
+        """Attention of one layer (:meth:`attention_time`'s terms)."""
         flop, kv_byte, q_byte, floor, gap = self._attn
+        d_flop = self.decode_terms[0]
         t = 0.0
         if decode_requests:
             d_kv, d_q, d_fixed = self._decode_attn
             if decode_queries == 1:
-                t += max(decode_context * flop, decode_context * d_kv + decode_requests * d_q, floor) + d_fixed
+                t += max(decode_context * d_flop, decode_context * d_kv + decode_requests * d_q, floor) + d_fixed
             else:
                 q = decode_queries
-                t += max(decode_context * q * flop, decode_context * d_kv + decode_requests * q * d_q, floor) + d_fixed
+                t += max(decode_context * q * d_flop, decode_context * d_kv + decode_requests * q * d_q, floor) + d_fixed
         if prefill_tokens:
             t += max(prefill_pairs * flop, prefill_kv_tokens * kv_byte + prefill_tokens * q_byte, floor) + gap
-        return self.layers_per_stage * t
+        return t
 
     def comm_time(self, tokens: int) -> float:
         """TP all-reduces (two per layer) and PP activation sends for one step (memoized)."""
@@ -385,8 +592,9 @@ class LLMCostModel:
         if self.step_time is not None:  # a stub GPU: the step is its function of the batch
             return StepCost(compute=self.step_time.of(decode_requests, n_new), comm=0.0)
         tokens = decode_requests * decode_queries + n_new if decode_queries != 1 else decode_requests + n_new
+        windowed = window_pairs(prefill_chunks, self.shape.window) if self.shape.sliding_layers else None
         stage = self.linear_time(tokens) + self.attention_time(decode_context, decode_requests, pairs, kv, n_new,
-                                                               decode_queries)
+                                                               decode_queries, windowed)
         if sampled is None:
             sampled = decode_requests + len(prefill_chunks)
         return StepCost(compute=self.pp * stage + self.head_time(sampled), comm=self.comm_time(tokens))
@@ -405,13 +613,23 @@ class LLMCostModel:
         closed-form decode run calls once per step (a bound function is a cheaper call than a method)."""
         flop, d_kv, d_q, floor, d_fixed, layers, pp = self.decode_terms
         memo, linear, head = self._decode_base, self.linear_time, self.head_time
+        full, slide, window = self._layer_split
 
         def decode(ctx: float, n: int) -> float:
             base = memo.get(n)
             if base is None:  # linear and head time are memoized per batch size
                 base = memo[n] = (linear(n), head(n))
             return pp * (base[0] + layers * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed)) + base[1]
-        return decode
+
+        def decode_sliding(ctx: float, n: int) -> float:  # attention_time's split, in its order
+            base = memo.get(n)
+            if base is None:
+                base = memo[n] = (linear(n), head(n))
+            w = min(ctx, n * window)
+            attn = full * (max(ctx * flop, ctx * d_kv + n * d_q, floor) + d_fixed) + slide * (
+                max(w * flop, w * d_kv + n * d_q, floor) + d_fixed)
+            return pp * (base[0] + attn) + base[1]
+        return decode_sliding if slide else decode
 
     def launch_time(self, cuda_graphs: bool) -> float:
         """CPU seconds to launch one step's kernels (none apart for a stub GPU: its step includes them)."""
@@ -420,6 +638,8 @@ class LLMCostModel:
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and
         its attention, and the step's own."""
+        s = self.shape
         per_layer = sum(op.count for op in self._linear_ops(1)) + 1
-        return self.shape.layers * per_layer + KERNELS_PER_STEP
+        dense = sum(op.count for op in self._linear_ops(1, dense_mlp=True)) + 1 if s.dense_layers else per_layer
+        return (s.layers - s.dense_layers) * per_layer + s.dense_layers * dense + KERNELS_PER_STEP
 

@@ -35,6 +35,12 @@ def check_parallel(scenario) -> None:
                           path="parallel.tp")
     if p.pp > m.layers:
         raise ConfigError(f"pp={p.pp} exceeds the model's {m.layers} layers", path="parallel.pp")
+    if p.expert_parallel and m.experts == 1:
+        raise ConfigError(f"{m.name} is dense: expert parallelism needs an MoE; drop parallel.expert_parallel",
+                          path="parallel.expert_parallel")
+    if p.expert_parallel and m.experts % p.tp:
+        raise ConfigError(f"tp={p.tp} does not split the {m.experts} experts of {m.name} whole; use one of "
+                          f"{', '.join(map(str, _divisors(m.experts)))}", path="parallel.tp")
     if p.tp * p.pp > hw.gpus_per_node and hw.node_link is None:
         raise ConfigError(f"a replica needs {p.tp * p.pp} GPUs but a node has {hw.gpus_per_node}; "
                           "set hardware.node_link (e.g. ib-400g)", path="hardware.node_link")
@@ -62,9 +68,11 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
     act_logits = cost.peak_activation_bytes(0, sv.max_batch)
     act_tokens = act - act_logits
     usable = gpu.memory * sv.gpu_memory_utilization
-    kv_bytes = usable - weights - act
+    kv_bytes = usable - weights - act - cost.sliding_kv_bytes(sv.max_batch, sv.block_size)
     memory = {"weights_gib": weights / 2**30, "activations_gib": act / 2**30,
               "kv_cache_gib": max(kv_bytes, 0) / 2**30, "capacity_gib": gpu.memory / 2**30}
+    if cost.shape.sliding_layers:
+        memory["sliding_kv_gib"] = cost.sliding_kv_bytes(sv.max_batch, sv.block_size) / 2**30
     if kv_bytes <= 0:
         budget = f"exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}"
         if weights >= usable:
@@ -103,7 +111,7 @@ def build_cost(scenario) -> LLMCostModel:
     attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
     return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
                         link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention,
-                        step_time=hw.step_time)
+                        step_time=hw.step_time, expert_parallel=p.expert_parallel)
 
 
 def _tp_group(scenario):
