@@ -55,7 +55,7 @@ def test_a_config_runs_with_the_weights_and_kv_of_its_fields(tmp_path, cfg):
         attn = h * (heads + 2 * kv) * d + heads * d * h
         mlp = 3 * h * f * experts + (h * experts if experts > 1 else 0)
         cost = build_cost(sc)
-        assert cost.weight_bytes_per_gpu() == (layers * (attn + mlp + 2 * h) + cfg["vocab_size"] * h) * 2  # bf16
+        assert cost.weight_bytes_per_gpu() == (layers * (attn + mlp + 2 * h) + 2 * cfg["vocab_size"] * h) * 2  # bf16
         assert cost.kv_bytes_per_token_per_gpu() == 2 * layers * kv * d * 2
         assert sc.model.context_length == cfg["max_position_embeddings"] and sc.model.top_k == cfg.get(
             "num_experts_per_tok", 1)

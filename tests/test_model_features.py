@@ -38,11 +38,10 @@ def test_gpt_oss_has_its_published_parameter_counts_and_checkpoint_size():
     # gpt-oss model card (OpenAI, 2025-08-05), Table 1: 20.91B total, 3.61B active (the embedding not counted)
     assert shape.params() / 1e9 == pytest.approx(20.91, rel=0.002)
     assert (shape.active_params() - shape.vocab * shape.hidden) / 1e9 == pytest.approx(3.61, rel=0.01)
-    # the experts at 4.25 bits (MXFP4), everything else bf16: the closed form of the config (one GPU holds
-    # one vocabulary matrix and no final norm in weight_bytes_per_gpu)
+    # the experts at 4.25 bits (MXFP4), everything else bf16: the closed form of the config (the final norm left out)
     h, f, e, layers = 2880, 2880, 32, 24
     experts = layers * 3 * h * f * e
-    rest = shape.params() - experts - shape.vocab * h - h
+    rest = shape.params() - experts - h
     assert build_cost(sc).weight_bytes_per_gpu() == pytest.approx(experts * 4.25 / 8 + rest * 2, rel=1e-12)
 
 
@@ -143,3 +142,16 @@ def test_expert_parallelism_errors_name_the_key(change, message):
 def test_the_models_serve(raw):
     r = simulator.run(raw, last_mile_cost=False)
     assert r.summary["status"] == "ok" and r.summary["requests_completed"] == 16
+
+
+def test_weights_per_gpu_are_what_vllm_loads():
+    # vLLM's log of Llama-3.1-8B on one GPU: "model weights take 14.99GiB" (oracle-samples/
+    # oci-data-science-ai-samples, ai-quick-actions troubleshooting guide, the KV-cache example):
+    # the embedding and the LM head both on the GPU
+    cost = build_cost(load_scenario({"model": "llama-3.1-8b", "workload": WORKLOAD}))
+    assert cost.weight_bytes_per_gpu() / 2**30 == pytest.approx(14.99, rel=0.005)
+    # with PP each stage holds one of them: the larger stage's layers and one vocabulary matrix
+    pp = build_cost(load_scenario({"model": "llama-3.1-8b", "parallel": {"pp": 2}, "workload": WORKLOAD}))
+    shape = pp.shape
+    layer = sum(shape.layer_params()) + 2 * shape.hidden
+    assert pp.weight_bytes_per_gpu() == (16 * layer + shape.vocab * shape.hidden) * 2

@@ -281,8 +281,9 @@ class LLMCostModel:
         return self.b
 
     def weight_bytes_per_gpu(self) -> float:
-        """Weights one GPU holds: its layers' share under TP (experts whole under expert parallelism:
-        the same share) plus its share of embedding/LM head; replicated projections whole."""
+        """Weights one GPU holds: its stage's layers' share under TP (experts whole under expert
+        parallelism: the same share), replicated projections whole, and its share of the embedding
+        and the LM head."""
         s, b = self.shape, self.b
         split, whole = s.attention_params()
         h = s.hidden
@@ -293,7 +294,9 @@ class LLMCostModel:
             moe = 3 * h * s.ffn * wa
         per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
         dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
-        emb = s.vocab * s.hidden / self.tp
+        # the embedding and the LM head (each vocab x hidden, split over TP: vLLM's VocabParallelEmbedding
+        # and ParallelLMHead) sit on the first and the last pipeline stage: one GPU holds both without PP
+        emb = (2 if self.pp == 1 else 1) * s.vocab * s.hidden / self.tp
         return self.layers_per_stage * (per_layer + dense / s.layers) + emb * b
 
     def kv_bytes_per_token_per_gpu(self) -> float:
