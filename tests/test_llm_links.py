@@ -53,7 +53,7 @@ def test_d2h_and_allreduce_share_a_pcie_port():
     env = simpy.Environment()
     topo = Topology(env, 2, 8, gpu_link=None, host_link=PCIE)
     links = ReplicaLinks(topo, [[0, 1]], layers=1, activation_bytes=lambda t: 1e6 * t,
-                         allreduce_parts=nccl_parts(PCIE, 2, 1e6))
+                         collective_parts=nccl_parts(PCIE, 2, 1e6))
     log = []
     _run(env, log, "allreduce", links.step_comm(1, "s"))   # 2 all-reduces of 1 MB: 2 MB on the wire per GPU
     _run(env, log, "d2h", links.d2h(125_000, "d2h"))        # 1 MB of int64 ids
@@ -76,17 +76,35 @@ def test_step_comm_on_an_idle_fabric_is_the_cost_models_closed_form():
     env = simpy.Environment()
     topo = Topology.from_hardware(env, sc.hardware, 8)
     links = ReplicaLinks(topo, [[0, 1, 2, 3], [4, 5, 6, 7]], sc.model.layers, cost.activation_bytes,
-                         cost.allreduce_parts)
+                         cost.collective_parts)
     _run(env, [], "comm", links.step_comm(256, "s"))
     env.run()
     assert env.now == pytest.approx(cost.comm_time(256), rel=1e-12)
+
+
+def test_dp_attention_all_to_alls_on_an_idle_fabric_are_the_cost_models_closed_form():
+    sc = load_scenario({"model": "deepseek-v3", "dtype": "fp8", "hardware": {"gpu": "h200"},
+                        "parallel": {"tp": 8, "expert_parallel": True, "dp_attention": True}})
+    cost = build_cost(sc)
+    env = simpy.Environment()
+    topo = Topology.from_hardware(env, sc.hardware, 8)
+    links = ReplicaLinks(topo, [list(range(8))], sc.model.layers, cost.activation_bytes, cost.collective_parts,
+                         collectives_per_layer=cost.collectives_per_layer, collective="all-to-all")
+    _run(env, [], "comm", links.step_comm(256, "s"))
+    env.run()
+    # a dispatch and a combine in each of the 58 MoE layers: each rank's 32 tokens x 8 experts of 7168 fp8 values,
+    # 7/8 of them leaving it
+    per = sc.hardware.gpu_link
+    one = per.latency + 7 / 8 * 32 * 8 * 7168 * 1 / LinkParams.from_spec(per).bandwidth
+    assert env.now == pytest.approx(cost.comm_time(256), rel=1e-12)
+    assert cost.comm_time(256) == pytest.approx(2 * 58 * one, rel=1e-12)
 
 
 def test_allreduce_capped_at_bus_bandwidth_matches_the_closed_form():
     env = simpy.Environment()
     topo = Topology(env, 4, 8, gpu_link=NV, host_link=PCIE)
     links = ReplicaLinks(topo, [[0, 1, 2, 3]], layers=3, activation_bytes=lambda t: 1e5 * t,
-                         allreduce_parts=nccl_parts(LinkParams(NV.bandwidth, NV.latency, "nv", 300e9), 4, 1e5))
+                         collective_parts=nccl_parts(LinkParams(NV.bandwidth, NV.latency, "nv", 300e9), 4, 1e5))
     _run(env, [], "comm", links.step_comm(10, "s"))
     env.run()
     assert env.now == pytest.approx(2 * 3 * allreduce_time(1e6, 4, 300e9, NV.latency), rel=1e-12)

@@ -127,7 +127,25 @@ def test_expert_parallelism_holds_whole_experts_and_waits_for_the_busiest_rank()
     assert {op.name: op for op in tp._moe_ops(512)}["moe_w2"].flops < moe["moe_w2"].flops  # imbalance costs
 
 
+def test_dp_attention_caches_each_token_once_and_holds_attention_whole():
+    dp = {**DSV3["parallel"], "expert_parallel": True, "dp_attention": True}
+    tp, dpa = _cost(DSV3, expert_parallel=True), _cost({**DSV3, "parallel": dp})
+    # TP caches the latent on all 8 ranks; DP attention caches it on its request's rank: 8x the tokens
+    assert dpa.kv_bytes_per_token_per_gpu() * 8 == tp.kv_bytes_per_token_per_gpu() == 61 * 576
+    shape = dpa.shape
+    split, whole = shape.attention_params()
+    h = 7168
+    moe = 3 * h * 2048 * 256 / 8 + h * 256 + 3 * h * 2048  # experts split, router and the shared expert whole
+    per_layer = split + whole + moe + 2 * h
+    want = 61 * per_layer + 3 * (3 * h * 18432 - moe) + 2 * shape.vocab * h  # fp8: a byte each
+    assert dpa.weight_bytes_per_gpu() == pytest.approx(want, rel=1e-12)
+    # the busiest rank runs its share of the decodes' attention: an eighth of the context, whole heads
+    one = dpa._layer_attention
+    assert dpa.attention_time(8 * 2000.0, 8, 0, 0, 0) == pytest.approx(61 * one(2000.0, 1, 0, 0, 0, 1), rel=1e-12)
+
+
 @pytest.mark.parametrize("change, message", [
+    ({**DSV3, "parallel": {"tp": 8, "dp_attention": True}}, "parallel.dp_attention: .* set parallel.expert_parallel"),
     ({"model": "llama-3-8b", "parallel": {"expert_parallel": True}}, "parallel.expert_parallel: .* is dense"),
     ({"model": "mixtral-8x7b", "parallel": {"tp": 16, "expert_parallel": True}, "hardware": {"node_link": "ib-400g"}},
      "parallel.tp: tp=16 does not split the 8 experts"),
@@ -137,8 +155,9 @@ def test_expert_parallelism_errors_name_the_key(change, message):
         simulator.run({**change, "workload": WORKLOAD}, last_mile_cost=False)
 
 
-@pytest.mark.parametrize("raw", [DSV3, GPT_OSS, {**GPT_OSS, "parallel": {"tp": 2, "expert_parallel": True}}],
-                         ids=["deepseek-v3-tp8", "gpt-oss-20b", "gpt-oss-20b-ep2"])
+@pytest.mark.parametrize("raw", [DSV3, GPT_OSS, {**GPT_OSS, "parallel": {"tp": 2, "expert_parallel": True}},
+                                 {**DSV3, "parallel": {"tp": 8, "expert_parallel": True, "dp_attention": True}}],
+                         ids=["deepseek-v3-tp8", "gpt-oss-20b", "gpt-oss-20b-ep2", "deepseek-v3-dp8-ep8"])
 def test_the_models_serve(raw):
     r = simulator.run(raw, last_mile_cost=False)
     assert r.summary["status"] == "ok" and r.summary["requests_completed"] == 16

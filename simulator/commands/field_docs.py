@@ -140,6 +140,11 @@ FIELD_DOCS: dict[str, str] = {
     "LLMParallel.expert_parallel": "Shard whole experts across the TP ranks (vLLM's --enable-expert-parallel) "
                                    "instead of each expert's columns: each rank runs its experts for the tokens "
                                    "routed to them, and the step waits for the busiest rank.",
+    "LLMParallel.dp_attention": "Run attention data-parallel over the tp ranks (SGLang's --enable-dp-attention, "
+                                "vLLM's data parallelism with expert parallelism): each rank holds the attention "
+                                "weights whole and its share of the requests and their KV (MLA's latent is cached "
+                                "once, not on every rank); the MoE layers' tokens cross by all-to-all. Needs "
+                                "expert_parallel.",
     "LLMParallel.tp": "Tensor-parallel degree: GPUs sharing each layer, with all-reduces over the GPU link.",
     "LLMParallel.pp": "Pipeline-parallel degree: stages of consecutive layers.",
     "LLMParallel.allreduce": "How the engine all-reduces TP activations: vllm (custom one-/two-shot NVLink "

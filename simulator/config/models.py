@@ -269,6 +269,7 @@ class LLMParallel(Strict):
     tp: Count(1024) = 1
     pp: Count(1024) = 1
     expert_parallel: bool = False  # vLLM's --enable-expert-parallel: whole experts sharded across the TP ranks
+    dp_attention: bool = False     # SGLang's --enable-dp-attention: attention data-parallel over the tp ranks
     allreduce: Literal["vllm", "nccl"] = "vllm"
     replicas: Count(10_000) = 1
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import catalog
 from ..hardware.allreduce import ALLREDUCE_POLICIES, AllReduceLink
-from ..hardware.collectives import p2p_time
+from ..hardware.collectives import alltoall_time, p2p_time
 from ..hardware.gpu import GPU
 from ..hardware.ops import DTYPE_BYTES, Op
 from .weights import bits_per_weight
@@ -256,6 +256,7 @@ class LLMCostModel:
     moe: FusedMoEKernel | None = None
     step_time: object | None = None  # a StepTime: the step as a function of its batch, not the roofline
     expert_parallel: bool = False    # whole experts sharded across the TP ranks (vLLM --enable-expert-parallel)
+    dp_attention: bool = False       # attention data-parallel over the ranks, experts all-to-all (SGLang --enable-dp-attention)
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -271,6 +272,16 @@ class LLMCostModel:
     @property
     def layers_per_stage(self) -> int:
         return math.ceil(self.shape.layers / self.pp)
+
+    @property
+    def attn_tp(self) -> int:
+        """Ranks one layer's attention (and its dense MLPs) is split over: 1 under DP attention."""
+        return 1 if self.dp_attention else self.tp
+
+    @property
+    def dp(self) -> int:
+        """Ranks the step's requests are spread over, each running its own share (DP attention), else 1."""
+        return self.tp if self.dp_attention else 1
 
     def weight_bytes(self, experts: bool = False) -> float:
         """Bytes of one weight of a linear layer (``experts``: of a routed expert): the quantized
@@ -294,9 +305,13 @@ class LLMCostModel:
             moe = 3 * h * s.ffn * wa
         per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
         dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
+        if self.dp_attention:  # every rank holds attention, dense MLPs, router and shared experts whole
+            moe = 3 * h * s.ffn * s.experts * we / self.tp + (h * s.experts + 3 * h * s.shared_ffn) * wa
+            per_layer = (split + whole) * wa + moe + 2 * h * b
+            dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe)
         # the embedding and the LM head (each vocab x hidden, split over TP: vLLM's VocabParallelEmbedding
         # and ParallelLMHead) sit on the first and the last pipeline stage: one GPU holds both without PP
-        emb = (2 if self.pp == 1 else 1) * s.vocab * s.hidden / self.tp
+        emb = (2 if self.pp == 1 else 1) * s.vocab * s.hidden / self.attn_tp
         return self.layers_per_stage * (per_layer + dense / s.layers) + emb * b
 
     def kv_bytes_per_token_per_gpu(self) -> float:
@@ -305,8 +320,10 @@ class LLMCostModel:
         s = self.shape
         full = self.layers_per_stage * s.full_layers / s.layers if s.sliding_layers else self.layers_per_stage
         if s.mla is not None:
-            return full * s.kv_elements_per_layer() * self.b
-        kv_heads = max(1, s.kv_heads // self.tp)
+            return full * s.kv_elements_per_layer() * self.b / self.dp
+        kv_heads = max(1, s.kv_heads // self.attn_tp)
+        if self.dp > 1:  # each token's KV, whole, on its request's rank: the replica pools the ranks' caches
+            return 2 * full * kv_heads * s.head_dim * self.b / self.dp
         return 2 * full * kv_heads * s.head_dim * self.b
 
     def sliding_kv_bytes(self, sequences: int, block_size: int) -> float:
@@ -317,16 +334,17 @@ class LLMCostModel:
         s = self.shape
         if not s.sliding_layers:
             return 0.0
-        per_token = 2 * max(1, s.kv_heads // self.tp) * s.head_dim * self.b
+        per_token = 2 * max(1, s.kv_heads // self.attn_tp) * s.head_dim * self.b
         layers = self.layers_per_stage * s.sliding_layers / s.layers
-        return sequences * (s.window + block_size) * layers * per_token
+        return sequences * (s.window + block_size) * layers * per_token / self.dp
 
     def _linear_ops(self, t: int, dense_mlp: bool = False) -> list[Op]:
         """One layer's token-parallel ops (everything but attention) for t new tokens (``dense_mlp``:
         of one of an MoE's leading dense layers)."""
-        s, b, tp, dt = self.shape, self.b, self.tp, self.dtype
+        s, b, tp, dt = self.shape, self.b, self.attn_tp, self.dtype
         h = s.hidden
         w = self.weight_bytes()
+        routed_t, t = t, -(-t // self.dp)  # the step's tokens, and those of one rank (all but the experts')
         if s.mla is not None:
             ops = self._mla_ops(t)
         else:
@@ -347,7 +365,7 @@ class LLMCostModel:
         if s.experts == 1 or dense_mlp:
             ops += self._mlp_ops(t, (s.dense_ffn if dense_mlp else s.ffn) // tp)
         else:
-            ops += self._moe_ops(t)
+            ops += self._moe_ops(routed_t)
             if s.shared_ffn:
                 ops += self._mlp_ops(t, s.shared_ffn // tp, "shared_")
         return ops
@@ -367,7 +385,7 @@ class LLMCostModel:
         down-projection and norm, rotary on the rotary parts, the latent's cache write, the latent's
         up-projection (at decode the absorbed W_UK and W_UV products, at prefill the decompression:
         the same FLOPs and weights for the step's tokens) and the output projection."""
-        s, b, tp, dt, m = self.shape, self.b, self.tp, self.dtype, self.shape.mla
+        s, b, tp, dt, m = self.shape, self.b, self.attn_tp, self.dtype, self.shape.mla
         h, w = s.hidden, self.weight_bytes()
         qh = s.heads // tp
         q_out, latent, up = qh * (m.nope + m.rope), m.kv_lora + m.rope, qh * (m.nope + m.v)
@@ -397,7 +415,9 @@ class LLMCostModel:
         rows, SiLU-and-mul, the w2 grouped GEMM and the top-k sum. Under tensor parallelism every
         rank runs each expert's 1/tp columns for all routed tokens; under expert parallelism each
         rank runs its whole experts for the tokens routed to them, and the step waits for the
-        busiest rank (:func:`busiest_rank_rows`); either way the results are all-reduced."""
+        busiest rank (:func:`busiest_rank_rows`); the results are all-reduced, or, under DP
+        attention, each rank routes its own share of the step's ``t`` tokens and the experts'
+        inputs and outputs cross by all-to-all (:meth:`collective_parts`)."""
         s, b, dt, k = self.shape, self.b, self.dtype, self.moe
         h, e = s.hidden, s.experts
         w, we = self.weight_bytes(), self.weight_bytes(experts=True)
@@ -409,6 +429,7 @@ class LLMCostModel:
             f = s.ffn // self.tp
             routed = t * s.top_k
             hit, rows = k.padded_rows(t, e, s.top_k)
+        t = -(-t // self.dp)  # the tokens this rank routes
         logits = t * e * 4
         return [
             Op("router", 2 * t * h * e, h * e * w + (t * h + t * e) * b, gemm=(t, e, h), dtype=dt),
@@ -445,8 +466,8 @@ class LLMCostModel:
 
     def _head_time(self, sequences: int) -> float:
         s, b = self.shape, self.b
-        v = s.vocab // self.tp
-        n = max(sequences, 1)
+        v = s.vocab // self.attn_tp
+        n = max(-(-sequences // self.dp), 1)
         ops = [
             Op("final_norm", 5 * n * s.hidden, 2 * n * s.hidden * b, dtype=self.dtype),
             Op("lm_head", 2 * n * s.hidden * v, (s.hidden * v + n * s.hidden) * b + n * v * LOGIT_BYTES,
@@ -466,8 +487,8 @@ class LLMCostModel:
             bw = self.link_bandwidth
             self.allreduce_link = AllReduceLink.without_kernels(self.link_latency, bw, bw, True)
         s, b = self.shape, self.b
-        qh = s.heads // self.tp
-        kvh = max(1, s.kv_heads // self.tp)
+        qh = s.heads // self.attn_tp
+        kvh = max(1, s.kv_heads // self.attn_tp)
         hd = s.head_dim
         rate, bw = self.gpu.flops_rate(self.attn_dtype), self.gpu.bandwidth
         dbw = self.gpu.hbm_bandwidth * self.attention.bandwidth_fraction
@@ -517,6 +538,11 @@ class LLMCostModel:
         decodes read at most the window of each context.
         """
         full, slide, window = self._layer_split
+        if self.dp > 1:  # the busiest rank's share of the step's requests (spread evenly)
+            d = self.dp
+            decode_context, prefill_pairs, prefill_kv_tokens = decode_context / d, prefill_pairs / d, prefill_kv_tokens / d
+            decode_requests, prefill_tokens = -(-decode_requests // d), prefill_tokens / d
+            windowed = None if windowed is None else (windowed[0] / d, windowed[1] / d)
         t = self._layer_attention(decode_context, decode_requests, prefill_pairs, prefill_kv_tokens, prefill_tokens,
                                   decode_queries)
         if not slide:
@@ -550,6 +576,25 @@ class LLMCostModel:
             cached = self._comm_cache[tokens] = self._comm_time(tokens)
         return cached
 
+    @property
+    def collectives_per_layer(self) -> float:
+        """Collectives a step runs per layer: TP's two all-reduces, or under DP attention the
+        dispatch and combine all-to-alls of each MoE layer (none in its dense layers)."""
+        s = self.shape
+        if self.dp_attention:
+            return 2.0 * (s.layers - s.dense_layers) / s.layers
+        return ALLREDUCES_PER_LAYER
+
+    def collective_parts(self, tokens: int) -> tuple[float, float]:
+        """(fixed seconds, seconds of its bytes) of one of a step's collectives on an idle fabric:
+        TP's all-reduce (:meth:`allreduce_parts`), or DP attention's all-to-all of one rank's
+        routed hidden states (each rank sends its tokens' top-k copies, a (n-1)/n share leaving it)."""
+        if not self.dp_attention:
+            return self.allreduce_parts(tokens)
+        s = self.shape
+        nbytes = -(-tokens // self.dp) * s.top_k * s.hidden * self.b
+        return self.link_latency, alltoall_time(nbytes, self.tp, self.link_bandwidth, 0.0)
+
     def allreduce_parts(self, tokens: int) -> tuple[float, float]:
         """(fixed seconds, seconds of its bytes) of one TP all-reduce of a step's activations, as
         the engine's all-reduce policy (``parallel.allreduce``) runs it on an idle fabric."""
@@ -573,7 +618,7 @@ class LLMCostModel:
     def _comm_time(self, tokens: int) -> float:
         t = 0.0
         if self.tp > 1:
-            t += ALLREDUCES_PER_LAYER * self.shape.layers * sum(self.allreduce_parts(tokens))
+            t += self.collectives_per_layer * self.shape.layers * sum(self.collective_parts(tokens))
         if self.pp > 1:
             t += (self.pp - 1) * p2p_time(tokens * self.shape.hidden * self.b, self.link_bandwidth, self.link_latency)
         return t
@@ -617,6 +662,8 @@ class LLMCostModel:
         flop, d_kv, d_q, floor, d_fixed, layers, pp = self.decode_terms
         memo, linear, head = self._decode_base, self.linear_time, self.head_time
         full, slide, window = self._layer_split
+        if self.dp > 1:  # the ranks' shares: the step's own arithmetic
+            return lambda ctx, n: self.step(ctx, n).compute
 
         def decode(ctx: float, n: int) -> float:
             base = memo.get(n)

@@ -1,12 +1,11 @@
-"""One LLM replica's traffic on the shared Topology: per-step TP all-reduces and PP sends, and the
+"""One LLM replica's traffic on the shared Topology: per-step TP all-reduces (or DP attention's
+expert all-to-alls) and PP sends, and the
 D2H copy of the sampled token ids. One Fabric transfer per stage and per stage boundary per step
 (not per layer), timed on an idle fabric exactly as the closed forms the cost model uses."""
 
 from __future__ import annotations
 
 from ...hardware.topology import Topology
-from ...workloads.llm import ALLREDUCES_PER_LAYER
-
 SAMPLED_ID_BYTES = 8
 """Bytes per sampled token id copied to the host: int64, the dtype torch.argmax/topk return and
 vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampled.long()``).
@@ -16,13 +15,15 @@ vLLM's sampler casts its output to (vllm/v1/sample/sampler.py: ``sampled = sampl
 class ReplicaLinks:
     """The routes of one replica of ``stages`` (each a list of its TP GPUs) on ``topo``."""
 
-    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, allreduce_parts,
-                 host_shared: bool = False, free_d2h: bool = False):
+    def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, collective_parts,
+                 host_shared: bool = False, free_d2h: bool = False, collectives_per_layer: float = 2,
+                 collective: str = "all-reduce"):
         self.fabric = topo.fabric
         self.free_d2h = free_d2h  # the counterfactual with the last mile free: the ids are on the host at once
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
-        # tokens -> (fixed seconds, seconds of bytes) of one all-reduce, as the cost model has it
-        self.allreduce_parts = allreduce_parts
+        # tokens -> (fixed seconds, seconds of bytes) of one collective, as the cost model has it, and how
+        # many a layer runs (the cost model's ``collective_parts`` and ``collectives_per_layer``)
+        self.collective_parts, self.per_layer, self.collective = collective_parts, collectives_per_layer, collective
         pp = len(stages)
         self.tp = len(stages[0])
         self.layers = [layers // pp + (s < layers % pp) for s in range(pp)]
@@ -46,16 +47,16 @@ class ReplicaLinks:
         return bool(self.groups or self.sends)
 
     def step_comm(self, tokens: int, label: str):
-        """The step's communication, stage by stage: the stage's all-reduces as one transfer (the
-        fixed costs of 2 per layer, and their bytes at the all-reduce's rate), then its
-        activations to the next stage."""
+        """The step's communication, stage by stage: the stage's collectives as one transfer (the
+        fixed costs of each, 2 per layer for TP's all-reduces, and their bytes at the collective's
+        rate), then its activations to the next stage."""
         nbytes = self.activation_bytes(tokens)
-        fixed, transfer = self.allreduce_parts(tokens) if self.groups else (0.0, 0.0)
+        fixed, transfer = self.collective_parts(tokens) if self.groups else (0.0, 0.0)
         for s in range(len(self.layers)):
             if self.groups:
                 ports, _ = self.groups[s]
-                k = ALLREDUCES_PER_LAYER * self.layers[s]
-                yield from self.fabric.move(ports, k * transfer * self.cap, k * fixed, f"{label} all-reduce",
+                k = self.per_layer * self.layers[s]
+                yield from self.fabric.move(ports, k * transfer * self.cap, k * fixed, f"{label} {self.collective}",
                                             max_rate=self.cap)
             if s < len(self.sends):
                 ports, lat = self.sends[s]

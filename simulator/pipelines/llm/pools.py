@@ -27,10 +27,13 @@ def _divisors(n: int) -> list[int]:
 def check_parallel(scenario) -> None:
     """TP must split the heads evenly; a replica's GPUs beyond one node need a node link."""
     m, p, hw = scenario.model, scenario.parallel, scenario.hardware
-    if m.heads % p.tp:
+    if p.dp_attention and not p.expert_parallel:
+        raise ConfigError("parallel.dp_attention runs the MoE layers expert-parallel across the ranks: set "
+                          "parallel.expert_parallel: true", path="parallel.dp_attention")
+    if not p.dp_attention and m.heads % p.tp:  # under DP attention each rank holds attention whole
         raise ConfigError(f"tp={p.tp} does not divide the {m.heads} attention heads of {m.name}; "
                           f"use one of {', '.join(map(str, _divisors(m.heads)))}", path="parallel.tp")
-    if m.kv_heads % p.tp and p.tp % m.kv_heads:
+    if not p.dp_attention and m.kv_heads % p.tp and p.tp % m.kv_heads:
         raise ConfigError(f"tp={p.tp} neither divides nor is a multiple of the {m.kv_heads} KV heads",
                           path="parallel.tp")
     if p.pp > m.layers:
@@ -111,7 +114,7 @@ def build_cost(scenario) -> LLMCostModel:
     attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
     return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
                         link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention,
-                        step_time=hw.step_time, expert_parallel=p.expert_parallel)
+                        step_time=hw.step_time, expert_parallel=p.expert_parallel, dp_attention=p.dp_attention)
 
 
 def _tp_group(scenario):

@@ -304,8 +304,9 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
     dis = scenario.disaggregation
     host_shared = ((sv.kv_offload is not None and sv.kv_offload.link is None)
                    or (dis is not None and dis.kv_link is None))
-    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.allreduce_parts, host_shared,
-                         sv.last_mile == "free")
+    links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.collective_parts, host_shared,
+                         sv.last_mile == "free", cost.collectives_per_layer,
+                         "all-to-all" if cost.dp_attention else "all-reduce")
     # the engine's process keeps what ran on it: its steps' scheduling waits are split by it (observe.attribution)
     engine = CPUProcess(f"engine{k}", pool, recorder, keep_history=True)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
