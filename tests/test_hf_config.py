@@ -36,6 +36,19 @@ QWEN2_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size"
              "max_position_embeddings": 8192}
 
 
+GEMMA2_9B = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 256, "num_hidden_layers": 42, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "sliding_window": 4096}
+LLAMA4_SCOUT = {"model_type": "llama4", "text_config": {
+    "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 48,
+    "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+    "max_position_embeddings": 10485760, "attention_chunk_size": 8192}}
+LLAMA4_MAVERICK = {"model_type": "llama4", "text_config": {
+    **LLAMA4_SCOUT["text_config"], "num_local_experts": 128, "interleave_moe_layer_step": 2,
+    "max_position_embeddings": 1048576}}
+
+
 def _write(tmp_path, cfg, name="model"):
     folder = tmp_path / name
     folder.mkdir()
@@ -100,3 +113,25 @@ def test_what_is_not_modelled_is_one_line_naming_the_field(tmp_path, cfg, field)
                        else f"model: .*config.json {field}") as err:
         simulator.load_scenario({"model": str(folder)})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("cfg, total, active", [
+    (GEMMA2_9B, 9.24e9, None),  # google/gemma-2-9b model page: 9.24B parameters
+    (LLAMA4_SCOUT, 109e9, 17e9),  # Meta's Llama 4 model card: Scout 17B active / 109B total (with its vision encoder)
+    (LLAMA4_MAVERICK, 400e9, 17e9)], ids=["gemma-2-9b", "llama-4-scout", "llama-4-maverick"])
+def test_gemma_and_llama4_read_with_their_published_sizes(tmp_path, cfg, total, active):
+    from simulator.workloads.llm import LLMShape
+
+    model = simulator.load_scenario({"model": str(_write(tmp_path, cfg))}).model
+    shape = LLMShape.from_spec(model)
+    assert shape.params() == pytest.approx(total, rel=0.015)
+    if active:
+        assert shape.active_params() == pytest.approx(active, rel=0.02)
+    text = cfg.get("text_config", cfg)
+    if cfg["model_type"] == "gemma2":  # half its layers slide over 4,096 tokens; its LM head is the embedding
+        assert (model.sliding_window, model.sliding_layers, model.tied_embeddings) == (4096, 21, True)
+    else:  # three of four layers attend in 8,192-token chunks
+        assert (model.sliding_window, model.sliding_layers, model.tied_embeddings) == (8192, 36, False)
+        moe_layers = 48 // text["interleave_moe_layer_step"]
+        assert (model.experts, model.shared_ffn, model.layers - model.dense_layers) == (
+            text["num_local_experts"], 8192, moe_layers)

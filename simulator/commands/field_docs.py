@@ -125,6 +125,8 @@ FIELD_DOCS: dict[str, str] = {
                    "token and layer, on every TP rank.",
     "LLMSpec.weights": "A quantized checkpoint: its weights' format and which weights it covers; unset: the "
                        "scenario's dtype (an FP8 checkpoint runs with dtype: fp8).",
+    "LLMSpec.tied_embeddings": "The LM head reuses the embedding matrix (tie_word_embeddings: Gemma, small Llama "
+                               "and Qwen models): one vocabulary matrix in memory.",
     "MLASpec.kv_lora_rank": "Width of the cached latent (kv_lora_rank).",
     "MLASpec.rope_head_dim": "Width of the rotary key shared by the heads, cached beside the latent (qk_rope_head_dim).",
     "MLASpec.nope_head_dim": "Width of each head's non-rotary query and key (qk_nope_head_dim).",

@@ -3,7 +3,8 @@
 The fields are those of ``transformers``' configuration classes for each ``model_type``
 (``LlamaConfig``, ``MistralConfig``, ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``,
 ``Qwen2MoeConfig``/``Qwen3MoeConfig``, ``DeepseekV2Config``/``DeepseekV3Config`` (Kimi K2 ships the
-latter), ``GptOssConfig``): ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+latter), ``GptOssConfig``, ``Gemma2Config``/``Gemma3TextConfig`` and ``Llama4TextConfig``, the last two
+also inside a multimodal config's ``text_config``): ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
 ``num_key_value_heads`` (defaults to the heads: multi-head attention), ``head_dim`` (defaults to
 hidden / heads), ``intermediate_size`` (an MoE's per-expert ``moe_intermediate_size`` where it has
 one), ``vocab_size``, ``max_position_embeddings``, the experts (``num_local_experts``,
@@ -11,8 +12,10 @@ one), ``vocab_size``, ``max_position_embeddings``, the experts (``num_local_expe
 (``shared_expert_intermediate_size``, or ``n_shared_experts`` of the per-expert size), leading dense
 layers (``first_k_dense_replace``, or Qwen's ``mlp_only_layers``, of ``intermediate_size``), MLA
 (``kv_lora_rank``, ``q_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``),
-sliding-window layers (gpt-oss's ``layer_types``, or every layer with ``sliding_window`` and
-``use_sliding_window``), and the checkpoint's ``quantization_config`` (FP8 runs with the scenario's
+sliding-window layers (``layer_types``, Gemma's alternation, Llama 4's chunked layers, or every layer
+with ``sliding_window`` and ``use_sliding_window``), a tied LM head (``tie_word_embeddings``), Llama 4's
+interleaved MoE layers (``interleave_moe_layer_step``, dense ones of ``intermediate_size_mlp``) and
+shared expert, and the checkpoint's ``quantization_config`` (FP8 runs with the scenario's
 ``dtype: fp8``; MXFP4, NVFP4 and 4-bit AWQ/GPTQ are read as the weights' format, on the MoE experts
 alone where the attention layers are left unconverted). What lastmile does not model is a one-line
 error naming the field: every layer sliding (the KV pool counts full-attention layers), other
@@ -27,8 +30,13 @@ from pathlib import Path
 from ..errors import ConfigError
 
 ARCHITECTURES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-                 "deepseek_v3", "kimi_k2", "gpt_oss")
-"""``model_type`` values read (dense and mixture-of-experts decoders with grouped-query or latent attention)."""
+                 "deepseek_v3", "kimi_k2", "gpt_oss", "gemma2", "gemma3_text", "llama4_text")
+"""``model_type`` values read (dense and mixture-of-experts decoders with grouped-query or latent attention);
+a multimodal config (``gemma3``, ``llama4``) is read through its ``text_config``."""
+
+TIED_BY_DEFAULT = ("gemma2", "gemma3_text")
+"""Model types whose configuration class ties the LM head to the embedding unless told otherwise
+(``Gemma2Config``/``Gemma3TextConfig``: ``tie_word_embeddings=True``; the others default to False)."""
 
 
 def is_hf_config(value) -> bool:
@@ -52,14 +60,32 @@ def _fail(where: str, name: str, why: str):
     raise ConfigError(f"{where}: {name}: {why}", path="model")
 
 
+def _layer_types(cfg: dict, layers: int):
+    """Each layer's attention as the configuration class derives it where the config does not list it:
+    Gemma 2 alternates local and global layers (``Gemma2Config``: layer i slides when (i + 1) % 2),
+    Gemma 3 has five local to one global (``sliding_window_pattern`` 6), Llama 4 attends in chunks
+    on its RoPE layers and globally on every fourth (``no_rope_layers``, ``Llama4TextConfig``)."""
+    kind = cfg.get("model_type")
+    if kind in ("gemma2", "gemma3_text"):
+        pattern = cfg.get("sliding_window_pattern", 2 if kind == "gemma2" else 6)
+        return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    if kind == "llama4_text" and cfg.get("attention_chunk_size"):
+        rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
+        return ["sliding_attention" if r else "full_attention" for r in rope]
+    return None
+
+
 def _sliding(cfg: dict, where: str, layers: int) -> dict:
-    """The sliding-window layers: gpt-oss's ``layer_types``, or every layer (a window shorter than the context)."""
-    window = cfg.get("sliding_window")
-    types = cfg.get("layer_types")
+    """The sliding-window layers: ``layer_types`` (gpt-oss, Gemma), Llama 4's chunked layers (their chunk
+    taken as a window: an upper bound on what a chunk's queries see), or every layer (a window shorter
+    than the context)."""
+    window = cfg.get("sliding_window") or cfg.get("attention_chunk_size")
+    types = cfg.get("layer_types") or _layer_types(cfg, layers)
     if isinstance(types, list) and "sliding_attention" in types:
         if len(types) != layers:
             _fail(where, "layer_types", f"{len(types)} entries for {layers} layers")
-        return {"sliding_window": _field(cfg, "sliding_window", where), "sliding_layers": types.count("sliding_attention")}
+        key = "sliding_window" if cfg.get("sliding_window") else "attention_chunk_size"
+        return {"sliding_window": _field(cfg, key, where), "sliding_layers": types.count("sliding_attention")}
     context = cfg.get("max_position_embeddings") or 0
     if window and cfg.get("use_sliding_window", True) and window < context:
         _fail(where, "sliding_window", f"every layer slides over {window} of the {context}-token context: not modelled "
@@ -105,11 +131,16 @@ def _moe(cfg: dict, where: str, layers: int) -> dict:
         out["shared_ffn"] = _field(cfg, "shared_expert_intermediate_size", where)
     elif cfg.get("n_shared_experts"):
         out["shared_ffn"] = _field(cfg, "n_shared_experts", where) * ffn
-    dense = cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
+    elif cfg.get("model_type") == "llama4_text":  # Llama4TextMoe always runs a shared expert of the experts' size
+        out["shared_ffn"] = ffn
+    dense, dense_ffn = cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or []), "intermediate_size"
+    step = cfg.get("interleave_moe_layer_step")
+    if isinstance(step, int) and step > 1:  # Llama 4 Maverick: an MoE layer every step-th, dense between
+        dense, dense_ffn = layers - layers // step, "intermediate_size_mlp"
     if dense:
         if not isinstance(dense, int) or dense >= layers:
             _fail(where, "first_k_dense_replace", f"{dense!r} dense layers of {layers}")
-        out.update(dense_layers=dense, dense_ffn=_field(cfg, "intermediate_size", where))
+        out.update(dense_layers=dense, dense_ffn=_field(cfg, dense_ffn, where))
     return out
 
 
@@ -139,6 +170,10 @@ def spec_from_hf(value: str, base_dir: Path) -> dict:
         raise ConfigError(f"{where} is not JSON ({str(exc).splitlines()[0][:100]})", path="model") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where} is not a config.json (a JSON object)", path="model")
+    wrapper = cfg.get("model_type")
+    if wrapper in ("gemma3", "llama4") and isinstance(cfg.get("text_config"), dict):  # a multimodal model's decoder
+        cfg = {"quantization_config": cfg.get("quantization_config"), **cfg["text_config"]}
+        cfg.setdefault("model_type", f"{wrapper}_text")
     kind = cfg.get("model_type")
     if kind not in ARCHITECTURES:
         raise ConfigError(f"{where}: model_type {kind!r} is not read yet; known: {', '.join(ARCHITECTURES)}",
@@ -154,6 +189,7 @@ def spec_from_hf(value: str, base_dir: Path) -> dict:
         "ffn": _field(cfg, "intermediate_size", where),
         "vocab": _field(cfg, "vocab_size", where),
         "context_length": _field(cfg, "max_position_embeddings", where),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", kind in TIED_BY_DEFAULT)),
         "sources": {"shape": f"{where} (model_type {kind})"},
     }
     moe = _moe(cfg, where, layers)

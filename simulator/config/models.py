@@ -206,6 +206,7 @@ class LLMSpec(Strict):
     sliding_layers: Whole(1024) = 0     # layers attending to the last sliding_window tokens only
     mla: Optional[MLASpec] = None
     weights: Optional[WeightQuant] = None
+    tied_embeddings: bool = False        # the LM head is the embedding matrix (tie_word_embeddings)
     tokenizer: str = "byte-level-bpe"
     sources: dict[str, str] = {}
 

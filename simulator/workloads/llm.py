@@ -165,6 +165,7 @@ class LLMShape:
     mla: MLA | None = None
     weight_bits: float = 0.0   # bits per weight of the quantized checkpoint (0: the run's dtype)
     quantized: str = "linear"  # which weights carry them: every linear layer, or the routed experts
+    tied: bool = False         # the LM head is the embedding matrix
 
     @classmethod
     def from_spec(cls, spec) -> "LLMShape":
@@ -176,7 +177,7 @@ class LLMShape:
                    None if mla is None else MLA(mla.q_lora_rank, mla.kv_lora_rank, mla.rope_head_dim,
                                                 mla.nope_head_dim, mla.v_head_dim),
                    0.0 if quant is None else bits_per_weight(quant.format, quant.group_size),
-                   "linear" if quant is None else quant.modules)
+                   "linear" if quant is None else quant.modules, getattr(spec, "tied_embeddings", False))
 
     def attention_params(self) -> tuple[int, int]:
         """(params split across TP ranks, params every rank holds whole) of one layer's attention.
@@ -198,18 +199,24 @@ class LLMShape:
         mlp = 3 * h * self.ffn * self.experts + (h * self.experts if self.experts > 1 else 0) + 3 * h * self.shared_ffn
         return split + whole, mlp
 
+    @property
+    def vocab_matrices(self) -> int:
+        """The embedding and the LM head: two matrices, or one when they are tied."""
+        return 1 if self.tied else 2
+
     def params(self) -> int:
-        """Total parameters (untied embedding and LM head, norms included)."""
+        """Total parameters (the embedding and the LM head, norms included)."""
         attn, mlp = self.layer_params()
         dense = self.dense_layers * (3 * self.hidden * self.dense_ffn - mlp)
-        return self.layers * (attn + mlp + 2 * self.hidden) + dense + 2 * self.vocab * self.hidden + self.hidden
+        return (self.layers * (attn + mlp + 2 * self.hidden) + dense + self.vocab_matrices * self.vocab * self.hidden
+                + self.hidden)
 
     def active_params(self) -> int:
         """Parameters touched per token (top-k experts and the shared ones only)."""
         attn, _ = self.layer_params()
         mlp = 3 * self.hidden * (self.ffn * self.top_k + self.shared_ffn)
         dense = self.dense_layers * (3 * self.hidden * self.dense_ffn - mlp)
-        return self.layers * (attn + mlp + 2 * self.hidden) + dense + 2 * self.vocab * self.hidden
+        return self.layers * (attn + mlp + 2 * self.hidden) + dense + self.vocab_matrices * self.vocab * self.hidden
 
     @property
     def full_layers(self) -> int:
@@ -311,7 +318,8 @@ class LLMCostModel:
             dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe)
         # the embedding and the LM head (each vocab x hidden, split over TP: vLLM's VocabParallelEmbedding
         # and ParallelLMHead) sit on the first and the last pipeline stage: one GPU holds both without PP
-        emb = (2 if self.pp == 1 else 1) * s.vocab * s.hidden / self.attn_tp
+        # (one matrix if they are tied; with PP the last stage loads its own copy of a tied one)
+        emb = (s.vocab_matrices if self.pp == 1 else 1) * s.vocab * s.hidden / self.attn_tp
         return self.layers_per_stage * (per_layer + dense / s.layers) + emb * b
 
     def kv_bytes_per_token_per_gpu(self) -> float:
