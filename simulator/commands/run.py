@@ -78,6 +78,10 @@ def main(args) -> int:
                   file=sys.stderr)
     for warning in result.summary.get("warnings") or ():  # after the write: an error is then the only line
         print(f"lastmile: warning: {warning}", file=sys.stderr)
+    from ..coverage import caveat
+
+    if (line := caveat(result.scenario)) is not None:
+        print(f"lastmile: caveat: {line}", file=sys.stderr)
     if args.save_result:
         from ..report.vllm_bench import result_json
         _save(Path(args.save_result), result_json(result, percentiles))

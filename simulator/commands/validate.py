@@ -7,6 +7,8 @@ import math
 import sys
 import time
 
+from ..errors import ConfigError
+
 HELP = ("run the validation suite (scenarios/validation/): predicted vs published measurements with the signed "
         "% error, and each family's median and max |error|")
 
@@ -19,6 +21,9 @@ def add_arguments(p) -> None:
     p.add_argument("--write-readme", metavar="PATH",
                    help="rewrite the block between <!-- fidelity:start --> and <!-- fidelity:end --> in PATH "
                         "with the generated fidelity table")
+    p.add_argument("--write-fidelity", metavar="PATH",
+                   help="write the families' misses and the set-ups each covers as JSON (the status `lastmile run` "
+                        "reads for its caveat: simulator/data/fidelity.json; needs the whole suite)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a family misses its target (median and max |error|), naming each that does")
 
@@ -30,10 +35,15 @@ def _clean(records: list[dict]) -> list[dict]:
 def main(args) -> int:
     from ..validate import fidelity_markdown, format_table, rewrite_readme, run_validation, summarize
 
-    if args.write_readme:
-        from ..runfolder import check_file_out
+    from ..runfolder import check_file_out
 
+    if args.write_readme:
         check_file_out(args.write_readme, "--write-readme")
+    if args.write_fidelity:
+        check_file_out(args.write_fidelity, "--write-fidelity")
+        if args.family:
+            raise ConfigError("needs the whole suite (the status of every family): drop --family",
+                              file="--write-fidelity")
     t0 = time.perf_counter()
     table = run_validation(args.family or None, args.dir)
     elapsed = time.perf_counter() - t0
@@ -47,6 +57,13 @@ def main(args) -> int:
     if args.write_readme:
         rewrite_readme(args.write_readme, fidelity_markdown(table, args.dir))
         print(f"wrote the fidelity table into {args.write_readme}", file=sys.stderr)
+    if args.write_fidelity:
+        from ..coverage import status_document
+        from ..runfolder import write_atomically
+
+        doc = status_document(summarize(table).to_dict("records"), table.to_dict("records"), table.attrs["covers"])
+        write_atomically(args.write_fidelity, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"wrote the families' status into {args.write_fidelity}", file=sys.stderr)
     missed = summarize(table)
     missed = missed[~missed.meets_target]
     if len(missed):
