@@ -10,17 +10,18 @@ import pytest
 import simulator as sim
 from simulator.errors import ConfigError
 from simulator.pipelines.llm.prefix_cache import PrefixCache
-from simulator.pipelines.llm.routers import ROUTERS
+from simulator.pipelines.llm.routers import ROUTERS, make_router
 
 from test_prefix_cache import Ids
 
 
-def engines(outstanding, kv_used=None, caches=None):
+def engines(outstanding, kv_used=None, caches=None, now=0.0):
     out = []
+    clock = SimpleNamespace(now=now)
     for i, n in enumerate(outstanding):
         sched = SimpleNamespace(kv_total=100, kv_free=100 - (kv_used[i] if kv_used else 0),
                                 cache=caches[i] if caches else None)
-        out.append(SimpleNamespace(outstanding=n, sched=sched))
+        out.append(SimpleNamespace(outstanding=n, sched=sched, env=clock))
     return out
 
 
@@ -29,11 +30,33 @@ def table(prefix=None, session=None):
 
 
 def test_least_kv_takes_the_replica_with_the_fewest_blocks_held():
-    r = ROUTERS["least_kv"](table())
-    assert r.pick(engines([0, 9, 9], kv_used=[50, 10, 30]), 0) == 1
+    assert ROUTERS["least_kv"](table()).pick(engines([0, 9, 9], kv_used=[50, 10, 30]), 0) == 1
     # idle cached prefixes are evictable: they do not count as load
     cache = SimpleNamespace(idle_blocks=45)
-    assert r.pick(engines([0, 0], kv_used=[50, 10], caches=[cache, SimpleNamespace(idle_blocks=0)]), 0) == 0
+    two = engines([0, 0], kv_used=[50, 10], caches=[cache, SimpleNamespace(idle_blocks=0)])
+    assert ROUTERS["least_kv"](table()).pick(two, 0) == 0
+
+
+def test_least_kv_reads_the_loads_once_a_period_and_draws_among_equals():
+    r = make_router("least_kv", table(), seed=7)
+    state = engines([0, 0, 0, 0])
+    first = [r.pick(state, i) for i in range(400)]  # a burst within one 50 ms period: every load reads 0
+    counts = np.bincount(first, minlength=4)
+    assert counts.min() > 60  # spread at random over the four equal replicas, not all to replica 0
+    stale = engines([0, 0, 0, 0], kv_used=[0, 50, 50, 50], now=0.049)
+    assert set(r.pick(stale, i) for i in range(40)) != {0}  # still the period's read: replica 0's lead unseen
+    late = engines([5, 5, 5, 5], kv_used=[50, 50, 10, 50], now=0.050)
+    assert r.pick(late, 0) == 2  # the next period reads replica 2's low load
+    again = make_router("least_kv", table(), seed=7)
+    assert [again.pick(engines([0, 0, 0, 0]), i) for i in range(20)] == first[:20]  # the same seed, the same draws
+
+
+def test_a_burst_spreads_over_equal_replicas_under_least_kv():
+    base = {"parallel": {"replicas": 4}, "serving": {"router": "least_kv"},
+            "workload": {"requests": 64, "arrival": "closed", "concurrency": 64, "prompt_tokens": 200,
+                         "output_tokens": 20}}
+    counts = np.bincount(sim.run(base, last_mile_cost=False).requests["replica"], minlength=4)
+    assert counts.min() >= 8 and counts.max() <= 24
 
 
 def test_prefix_affinity_follows_the_longest_cached_prefix_while_loads_are_balanced():

@@ -10,7 +10,7 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
-from .routers import ROUTERS
+from .routers import make_router
 from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_message_cost
 from .run_support import declare, only
 
@@ -50,7 +50,7 @@ class Frontend:
         self.rows = rows
         self.on_finish = on_finish
         self.engines = []
-        self.router = ROUTERS[settings.router](table)
+        self.router = make_router(settings.router, table, settings.seed)
         self.next_rid = 0  # the open loop's next request: the workload's, or a decode run's that took it
         self._pending: dict[int, float] = {}  # tokenizations that end in the future: request -> when it routes
 

@@ -1,14 +1,17 @@
 """How a request is spread over engine replicas: one class per ``serving.router``, named in ``ROUTERS``.
 
-A router is made per frontend (it may keep state) and asked for a replica index for request
-``rid``, given the engines (each has ``outstanding``: requests routed to it and not yet finished;
-``sched``: its scheduler, with its KV-cache pool and, with prefix caching, its prefix cache) and
-the request table.
+A router is made per frontend (it may keep state; :func:`make_router` gives it the request table and
+a random stream of its own) and asked for a replica index for request ``rid``, given the engines
+(each has ``outstanding``: requests routed to it and not yet finished; ``sched``: its scheduler,
+with its KV-cache pool and, with prefix caching, its prefix cache; ``env``: the clock).
 """
 
 from __future__ import annotations
 
+import math
 import zlib
+
+import numpy as np
 
 from ...errors import ConfigError
 from .run_support import declare
@@ -28,7 +31,7 @@ def _prefix_ids(table, router: str):
 class RoundRobin:
     """Replicas in turn, whatever their load (a plain load balancer in front of the replicas)."""
 
-    def __init__(self, table):
+    def __init__(self, table, rng=None):
         self._next = 0
 
     def pick(self, engines, rid: int) -> int:
@@ -41,7 +44,7 @@ class LeastOutstanding:
     """The replica with the fewest unfinished requests, the lowest index on ties: a load-based
     choice, as vLLM's data-parallel coordinator and SGLang's router (when loads are imbalanced) make."""
 
-    def __init__(self, table):
+    def __init__(self, table, rng=None):
         pass
 
     def pick(self, engines, rid: int) -> int:
@@ -49,19 +52,39 @@ class LeastOutstanding:
 
 
 class LeastKVLoad:
-    """The replica with the fewest KV-cache blocks held by requests (idle cached prefixes do not
-    count: they are evictable), then the fewest unfinished requests: the "KV cache utilization"
-    scorer of llm-d's inference scheduler (llm-d/llm-d-inference-scheduler, ``kv-cache-utilization-scorer``)."""
+    """llm-d's inference scheduler with its "KV cache utilization" scorer
+    (llm-d/llm-d-inference-scheduler, ``kv-cache-utilization-scorer``) on the Gateway API Inference
+    Extension's machinery: the replica with the fewest KV-cache blocks held by requests (idle cached
+    prefixes do not count: they are evictable), then the fewest unfinished requests, as the gateway
+    last read them, and a random one among equals. The gateway reads each replica's metrics on a
+    period (``DefaultRefreshMetricsInterval``, 50 ms: pkg/epp/datastore refresh in
+    kubernetes-sigs/gateway-api-inference-extension), so within one the requests it routes all see
+    the same loads; its max-score picker then picks at random among the pods of the best score (its
+    test accepts either of two equal pods), so a burst spreads over equal replicas instead of piling
+    onto the first."""
 
-    def __init__(self, table):
-        pass
+    REFRESH = 0.050
+    """Seconds between two reads of the replicas' metrics."""
+
+    def __init__(self, table, rng=None):
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.loads: list | None = None
+        self.fresh_until = -math.inf
 
     def pick(self, engines, rid: int) -> int:
-        def load(i):
-            s = engines[i].sched
-            idle = s.cache.idle_blocks if s.cache is not None else 0
-            return (s.kv_total - s.kv_free - idle) / s.kv_total
-        return min(range(len(engines)), key=lambda i: (load(i), engines[i].outstanding, i))
+        now = engines[0].env.now
+        if self.loads is None or now >= self.fresh_until:  # the period's read of every replica
+            self.loads = [(_kv_load(e.sched), e.outstanding) for e in engines]
+            self.fresh_until = (math.floor(now / self.REFRESH) + 1) * self.REFRESH
+        best = min(self.loads)
+        ties = [i for i, load in enumerate(self.loads) if load == best]
+        return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
+
+
+def _kv_load(sched) -> float:
+    """A replica's KV-cache utilization as its metrics report it: blocks held by requests, of all."""
+    idle = sched.cache.idle_blocks if sched.cache is not None else 0
+    return (sched.kv_total - sched.kv_free - idle) / sched.kv_total
 
 
 class PrefixAffinity:
@@ -77,7 +100,7 @@ class PrefixAffinity:
     BALANCE_ABS = 64
     BALANCE_REL = 1.5
 
-    def __init__(self, table):
+    def __init__(self, table, rng=None):
         self.prefix = _prefix_ids(table, "prefix_affinity")
 
     def pick(self, engines, rid: int) -> int:
@@ -116,7 +139,7 @@ class CacheAwareTree:
     BALANCE_ABS = 32
     BALANCE_REL = 1.0001
 
-    def __init__(self, table):
+    def __init__(self, table, rng=None):
         self.prefix = _prefix_ids(table, "cache_aware")
         self.prompt = table.prompt
         self.trees: list[set[int]] | None = None  # per worker: prefix ids of the prompts routed to it
@@ -162,7 +185,7 @@ class SessionAffinity:
     hashing on a session header, as the vLLM production-stack router's ``session`` routing and the
     SGLang Model Gateway's ``consistent_hashing`` policy do), whatever the loads."""
 
-    def __init__(self, table):
+    def __init__(self, table, rng=None):
         if table.session is None:
             raise ConfigError("router session_affinity needs sessions (workload.sessions)", path="serving.router")
         self.session = table.session
@@ -175,3 +198,12 @@ class SessionAffinity:
 ROUTERS = {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding, "least_kv": LeastKVLoad,
            "prefix_affinity": PrefixAffinity, "cache_aware": CacheAwareTree, "session_affinity": SessionAffinity}
 """``serving.router`` -> the router class."""
+
+ROUTER_STREAM = 0x726F75
+"""The router's random stream within the scenario's seed (its draws leave the workload's alone)."""
+
+
+def make_router(name: str, table, seed: int, stream: int = 0):
+    """The ``serving.router`` named ``name`` for ``table``, with its own random stream of ``seed``
+    (``stream`` tells two routers of one run apart: the frontend's 0, the KV hand-off's 1)."""
+    return ROUTERS[name](table, np.random.default_rng([seed, ROUTER_STREAM, stream]))

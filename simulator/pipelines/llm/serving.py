@@ -23,7 +23,7 @@ from ..health import assess, overload_warning, saturated_hint, was_cut
 from .decode_runs import DecodeRuns
 from .engine import Engine, Records, Replica, RequestTable
 from .frontend import Frontend
-from .routers import ROUTERS
+from .routers import make_router
 from .kv_offload import HostTier, Offloader, merged_stats as offload_stats
 from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
@@ -290,7 +290,7 @@ def _handoff(env, scenario, topo: Topology, table: RequestTable, plans: list[Poo
     dis = scenario.disaggregation
     shard = max(q.cost.kv_bytes_per_token_per_gpu() for q in plans)
     link = LinkParams.from_spec(dis.kv_link) if dis.kv_link is not None else None
-    return KVHandoff(env, topo, decode, ROUTERS[scenario.serving.router](table), table, shard,
+    return KVHandoff(env, topo, decode, make_router(scenario.serving.router, table, scenario.seed, 1), table, shard,
                      scenario.model.layers, link, dis.transfer == "layerwise")
 
 
