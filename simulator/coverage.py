@@ -14,6 +14,9 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+SHOWN = 2
+"""Missed metrics a caveat names (the rest counted), so it stays one short line."""
+
 FIDELITY = "fidelity.json"
 """The committed status, in the package's ``data`` folder."""
 
@@ -70,5 +73,5 @@ def caveat(scenario, status: dict | None = None) -> str | None:
     if not misses:
         return None
     what = "model, GPU and engine" if scenario.kind == "llm" else "model and GPU"
-    return (f"validation families that ran this {what} miss their targets: {', '.join(misses)}; "
-            "see the README's Fidelity section")
+    shown = ", ".join(misses[:SHOWN]) + (f" and {len(misses) - SHOWN} more" if len(misses) > SHOWN else "")
+    return f"validation cases of this {what} miss their targets: {shown} (README, Fidelity)"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import pickle
 import random
@@ -58,7 +59,7 @@ MEMORY_LIMIT = 4 << 30  # address-space cap of every checked process, so a 10**9
 # attack classes, in report order
 CLASSES = (
     "wrong_type", "numeric", "huge", "unknown_key", "catalog", "distribution",
-    "yaml", "encoding", "trace", "profile", "set_syntax", "out", "name",
+    "yaml", "encoding", "trace", "profile", "set_syntax", "out", "name", "edges",
 )
 CLASS_HELP = {
     "wrong_type": "bool for ints, lists/dicts/strings where scalars go, kind: [1], hardware: 3, model: {base: [1]}",
@@ -74,6 +75,8 @@ CLASS_HELP = {
     "set_syntax": "malformed --set (no '=', empty key, empty path component, a path through a scalar)",
     "out": "--out at a file, /proc/nope, a non-empty folder of unrelated files, '.', '..' (nothing may be deleted)",
     "name": "name: ../../escaped and friends: must run and write only under runs/ (safe output, exit 0)",
+    "edges": "found by others: a layout beyond a node, a 5,000-digit count, a 5,000-character trace name, expert "
+             "parallelism on a dense model, DP attention alone, malformed Hugging Face configs and model shapes",
 }
 
 HUGE_INT = 10**30
@@ -281,6 +284,8 @@ LLM_KEYS = {
     "parallel.pp": COUNT + HUGE(10**6),
     "parallel.replicas": COUNT + HUGE(10**6, 10**7, 10**9),
     "parallel.allreduce": LITERAL("custom", "ring", "VLLM"),
+    "parallel.expert_parallel": BOOL,
+    "parallel.dp_attention": BOOL,
     "serving": SECTION(),
     "serving.max_batch": COUNT + HUGE(10**12, 10**15),
     "serving.max_batched_tokens": COUNT,
@@ -854,18 +859,52 @@ class Generator:
         return Case(cls="name", desc=f"name: {name!r}", key="name", base=base.name, accept=("name",),
                     scenario=raw, files=dict(base.files), out="none", api=False, expect="safe_output")
 
+    def edge(self) -> Case:
+        """One of the edges other fuzzers found, or of the model shapes and configs: a one-line error each."""
+        hf = {"model_type": "deepseek_v3", "hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4,
+              "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 4096}
+        edges = [
+            ("disaggregation", {"prefill": {"replicas": 8}, "decode": {"replicas": 1}},
+             ("node_link", "parallel.tp", "disaggregation"), None),
+            ("workload.trace", "t" * 5000 + ".csv", ("workload.trace", "trace"), None),
+            ("parallel.expert_parallel", True, ("expert_parallel",), None),
+            ("parallel.dp_attention", True, ("dp_attention",), None),
+            ("model", {"base": "gpt-oss-20b", "sliding_layers": 24}, ("sliding_layers", "model"), None),
+            ("model", {"base": "gpt-oss-20b", "weights": {"format": "fp3"}}, ("format", "weights", "model"), None),
+            ("model", {"base": "llama-3-8b", "mla": {"kv_lora_rank": 512}}, ("mla", "model"), None),
+            ("model", "config.json", ("qk_rope_head_dim",), {**hf, "kv_lora_rank": 64}),
+            ("model", "config.json", ("sliding_window",), {**hf, "model_type": "mistral", "sliding_window": 1024}),
+            ("model", "config.json", ("quantization_config",),
+             {**hf, "model_type": "llama", "quantization_config": {"quant_method": "bitsandbytes"}}),
+        ]
+        if self.rng.random() < 1 / (len(edges) + 1):  # a 5,000-digit count on the command line
+            digits = "9" * 5000
+            base = self.base("llm", default_ok=False)
+            return Case(cls="edges", desc="workload.requests: 5,000 digits [set]", key="workload.requests",
+                        base=base.name, accept=("workload.requests", "requests"), scenario=copy.deepcopy(base.raw),
+                        files=dict(base.files), set_cli=[f"workload.requests={digits}"], api=False)
+        key, value, accept, config = self.rng.choice(edges)
+        base = self.base("llm", default_ok=config is None)
+        if key == "parallel.expert_parallel":  # an error on a dense model: the default's Llama-3-8B
+            base = next(b for b in self.by_kind["llm"] if b.is_default)
+        case = self.scenario_case("edges", key, value, base, f"{key}: {flow(value)[:60]}", accept=accept,
+                                  mode="file" if config is not None else None)
+        if config is not None:  # a config.json beside the scenario, named relative to it
+            case.files = {**case.files, "config.json": json.dumps(config).encode()}
+        return case
+
     def make(self, cls: str) -> Case:
         if cls in ("wrong_type", "numeric", "huge"):
             return self.keyed(cls)
         return {"unknown_key": self.unknown_key, "catalog": self.catalog, "distribution": self.distribution,
                 "yaml": self.yaml_attack, "encoding": self.encoding, "trace": self.trace,
                 "profile": self.profile, "set_syntax": self.set_syntax, "out": self.out_attack,
-                "name": self.name_attack}[cls]()
+                "name": self.name_attack, "edges": self.edge}[cls]()
 
 
 # how many cases of each class per round of 40 (the classes with the most distinct inputs get more)
 WEIGHTS = {"wrong_type": 6, "numeric": 7, "huge": 4, "unknown_key": 3, "catalog": 2, "distribution": 3,
-           "yaml": 4, "encoding": 2, "trace": 3, "profile": 2, "set_syntax": 2, "out": 1, "name": 1}
+           "yaml": 4, "encoding": 2, "trace": 3, "profile": 2, "set_syntax": 2, "out": 1, "name": 1, "edges": 3}
 
 
 def generate(n: int, seed: int = 0, classes: tuple = CLASSES) -> list[Case]:

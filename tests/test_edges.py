@@ -156,3 +156,12 @@ def test_a_figure_that_rounds_to_zero_prints_without_a_sign():
 
     assert _n(-1e-9, ".2f") == "0.00" and _n(-0.0, "9.2f") == "     0.00" and _pct(-1e-7, 6) == "  0.00%"
     assert _n(-1.5, ".2f") == "-1.50" and _n(-0.004, "+.1f", 100) == "-0.4"
+
+
+def test_a_name_too_long_for_the_file_system_is_reported_not_raised():
+    # the system refuses to look up a 5,000-character name (ENAMETOOLONG) beside the scenario too
+    long = "t" * 5000 + ".csv"
+    with pytest.raises(ConfigError, match=r"workload.trace: trace file .* cannot be read \(File name too long\)"):
+        simulator.run("scenarios/llm/last_mile_bites.yaml", {"workload.trace": long})
+    with pytest.raises(ConfigError, match=r"model: .*\.\.\.x+/config\.json cannot be read \(File name too long\)"):
+        simulator.run({"model": "x" * 5000 + "/config.json"})

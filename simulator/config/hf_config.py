@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from .paths import exists, is_dir, is_file, shown
 
 ARCHITECTURES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2",
                  "deepseek_v3", "kimi_k2", "gpt_oss", "gemma2", "gemma3_text", "llama4_text")
@@ -44,7 +45,7 @@ def is_hf_config(value) -> bool:
     if not isinstance(value, str) or value.endswith((".yaml", ".yml")):
         return False
     p = Path(value)
-    return p.name == "config.json" or (p.suffix == "" and (p / "config.json").is_file())
+    return p.name == "config.json" or (p.suffix == "" and is_file(p / "config.json"))
 
 
 def _field(cfg: dict, name: str, where: str, default=None):
@@ -157,11 +158,11 @@ def _mla(cfg: dict, where: str) -> dict:
 def spec_from_hf(value: str, base_dir: Path) -> dict:
     """The ``llms`` catalog fields of the model a config.json describes (with its sources)."""
     p = Path(value)
-    if not p.is_absolute() and not p.exists():
+    if not p.is_absolute() and not exists(p):
         p = base_dir / p
-    if p.is_dir():
+    if is_dir(p):
         p = p / "config.json"
-    where = str(p)
+    where = shown(p)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:

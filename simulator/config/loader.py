@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..kinds import DEFAULT_KIND, KINDS, Kind
 from . import catalog
 from .hf_config import is_hf_config, spec_from_hf
+from .paths import exists
 from .yamlio import YAMLInputError, load_file, loads
 
 _SHORT = reprlib.Repr()
@@ -391,7 +392,7 @@ def _resolve(raw: dict, base_dir: Path) -> tuple[type[BaseModel], _Resolver]:
     for key in ("trace", "tokenizer"):  # files next to the scenario, unless they name one from here
         if isinstance(workload, dict) and isinstance(workload.get(key), str) and workload[key]:
             tp = Path(workload[key])
-            if not tp.is_absolute() and not tp.exists():
+            if not tp.is_absolute() and not exists(tp):
                 tp = base_dir / tp
             workload[key] = str(tp)
     return kind.scenario, resolver

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .models import MAX_CONTEXT
+from .paths import shown as show_path
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 FORMATS = {
@@ -321,7 +322,7 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:
 
     ``limit``: only the first rows are returned (all rows are checked)."""
     p = Path(path)
-    shown = str(p) if len(str(p)) <= 120 else f"{str(p)[:60]}...{str(p)[-40:]}"
+    shown = show_path(p)
     try:
         if not p.is_file():
             what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
