@@ -341,3 +341,28 @@ def test_synthetic_ids_name_whole_prefixes_too():
         turns = np.flatnonzero(s.session == sess)
         assert turns.size == 3 and np.all(np.diff(s.prompt[turns]) > 0)
     assert _specs(_synthetic()).session is None
+
+
+def test_a_pipelines_call_ids_are_the_flat_ids_they_replace():
+    from simulator.pipelines.request_graph.llm_stage import call_prefixes
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, unit = int(rng.integers(1, 40)), int(rng.choice([4, 16]))
+        prompts = rng.integers(1, 200, n)
+        group = np.where(rng.random(n) < 0.6, rng.integers(0, 8, n), -1)
+        # a group's calls share a static prefix no longer than any of their prompts
+        shared = np.array([min(prompts[group == g]) if g >= 0 else 0 for g in group]) * (rng.random(n) < 0.8)
+        # the flat construction: every unit its own id, a group's later calls copying its first's
+        units = -(-prompts // unit)
+        off = np.concatenate([[0], np.cumsum(units)])
+        flat, lead = np.arange(off[-1]), {}
+        for c in np.flatnonzero(group >= 0):
+            first = lead.setdefault(group[c], c)
+            full = shared[c] // unit
+            if first != c and full:
+                flat[off[c]:off[c] + full] = flat[off[first]:off[first] + full]
+        ids = call_prefixes(unit, prompts, group, shared)
+        assert len(ids) == n and ids.unit == unit
+        for c in range(n):
+            assert ids.of(c).tolist() == flat[off[c]:off[c + 1]].tolist()

@@ -39,7 +39,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...workloads.arrivals import RequestSpecs, sample_tokens
-from ...workloads.prefix import PrefixIds
+from ...workloads.prefix import LeadSharedIds
 from ..llm.pools import DoesNotFit, check_fit, plan_pools
 from ..llm.serving import build_serving
 
@@ -75,21 +75,23 @@ class LLMStage:
         self.resource.call(rid, self.index)
 
 
-def call_prefixes(unit: int, prompts: np.ndarray, group: np.ndarray, shared_tokens: np.ndarray) -> PrefixIds:
+def call_prefixes(unit: int, prompts: np.ndarray, group: np.ndarray, shared_tokens: np.ndarray) -> LeadSharedIds:
     """The calls' prefix identity, as the engine's prefix cache reads it: every unit of every call
     has an id of its own, except that calls of one group (``group[c] >= 0``: a request's early-start
     warm-up and its stage's call) share the ids of their first ``shared_tokens[c] // unit`` units
     (the static prefix's full units), named by the group's first call."""
     units = -(-prompts // unit)
     offsets = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
-    ids = np.arange(int(offsets[-1]), dtype=np.int64)
-    lead: dict[int, int] = {}
-    for c in np.flatnonzero(group >= 0).tolist():
-        first = lead.setdefault(int(group[c]), c)
-        full = int(shared_tokens[c] // unit)
-        if first != c and full:
-            ids[offsets[c]:offsets[c] + full] = ids[offsets[first]:offsets[first] + full]
-    return PrefixIds(unit, offsets, ids)
+    lead = np.arange(len(prompts), dtype=np.int64)
+    shared = np.zeros(len(prompts), dtype=np.int64)
+    grouped = np.flatnonzero(group >= 0)
+    if grouped.size:  # each group's first call (in call order) leads it
+        _, first = np.unique(group[grouped], return_index=True)
+        leaders = dict(zip(group[grouped][first].tolist(), grouped[first].tolist()))
+        lead[grouped] = [leaders[g] for g in group[grouped].tolist()]
+        follows = grouped[lead[grouped] != grouped]
+        shared[follows] = shared_tokens[follows] // unit
+    return LeadSharedIds(unit, offsets, lead, shared)
 
 
 class LLMDeployment:
