@@ -472,6 +472,10 @@ class SharedPrefix(Strict):
     block_tokens: Count(1 << 16) = Field(DEFAULT_PREFIX_BLOCK_TOKENS, description=(
         "Tokens per prefix id (a prompt block); only whole blocks of the system prompt are shared. Default 16, "
         "vLLM's KV block size."))
+    prompts_per_group: Optional[Count(1 << 20)] = Field(None, description=(
+        "Distinct prompts per group (inference-perf's shared_prefix num_prompts_per_group): the workload sends "
+        "groups x prompts_per_group prompts, each drawn once, shuffled, again and again (request i the (i mod "
+        "pool)-th), so repeats find their whole prompt cached; unset: every request's own question."))
 
 
 class TimeDistribution(Strict):
@@ -616,6 +620,10 @@ class Workload(Strict):
                    else " (a CSV trace has no prefix identity; a Mooncake .jsonl trace has)")
             raise ConfigError(f"{key} shape synthetic prompts and a trace sets its own; drop workload.{key} or "
                               f"workload.trace{own}", path=f"workload.{key}")
+        if self.sessions is not None and self.prefix is not None and self.prefix.prompts_per_group:
+            raise ConfigError("a pool of prompts sent again and again is not a session's history; drop "
+                              "workload.prefix.prompts_per_group or workload.sessions",
+                              path="workload.prefix.prompts_per_group")
         if self.sessions is not None:
             if self.stages is not None:
                 raise ConfigError("sessions start per one arrival process, not a load profile; drop workload.stages "

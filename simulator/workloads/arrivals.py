@@ -22,7 +22,7 @@ import numpy as np
 from ..config.trace import fit_to_context, repeated_arrivals, repeated_rows, workload_rows
 from ..errors import ConfigError
 from .prefix import PrefixIds, trace_ids
-from .sessions import draw_sessions, synthetic_ids
+from .sessions import draw_sessions, pooled_prompts, synthetic_ids
 
 
 @dataclass
@@ -205,6 +205,10 @@ def make_requests(workload, rng: np.random.Generator, context: int | None = None
         draw = draw_sessions(workload, rng, arrival_times, sample_tokens)
         arrival, prompt, output, session = draw.arrival, draw.prompt, draw.output, draw.session
         prefix = synthetic_ids(workload, prompt, draw.session, draw.first_prompt, rng)
+    elif getattr(getattr(workload, "prefix", None), "prompts_per_group", None):
+        n = workload.requests
+        arrival = arrival_times(workload, n, rng)
+        prompt, output, prefix = pooled_prompts(workload, n, rng, sample_tokens)
     else:
         n = workload.requests
         arrival = arrival_times(workload, n, rng)

@@ -89,3 +89,26 @@ def synthetic_ids(workload, prompt: np.ndarray, stream: np.ndarray, first_prompt
     group = rng.integers(0, spec.groups, size=first_prompt.size)
     shared = np.minimum(first_prompt, spec.shared_tokens) // unit
     return stream_ids(stream, prompt, unit, shared, group, spec.shared_tokens // unit)
+
+
+def pooled_prompts(workload, n: int, rng: np.random.Generator, sample_tokens) -> tuple:
+    """A pool of prompts sent again and again: inference-perf's shared-prefix dataset.
+
+    ``workload.prefix.prompts_per_group`` questions per group, each after its group's system prompt,
+    make ``groups x prompts_per_group`` distinct prompts (lengths drawn once per prompt, group by
+    group); they are shuffled once and request i sends prompt ``i mod pool`` of that order, as
+    inference-perf's ``SharedPrefixDataGenerator`` does (``_generate_prompts`` shuffles its prompts,
+    ``load_lazy_data`` takes ``data_index % len(self.prompts)``; kubernetes-sigs/inference-perf,
+    inference_perf/datagen/shared_prefix_datagen.py). A repeated prompt has the same ids: every full
+    block of it hits a prefix cache that kept it. Returns (prompt, output, prefix ids)."""
+    spec = workload.prefix
+    pool = spec.groups * spec.prompts_per_group
+    prompt_of = sample_tokens(workload.prompt_tokens, pool, rng)
+    output_of = sample_tokens(workload.output_tokens, pool, rng)
+    order = rng.permutation(pool)
+    which = order[np.arange(n) % pool]
+    group = np.arange(pool) // spec.prompts_per_group  # the prompts in group order, as generated
+    unit = spec.block_tokens
+    shared = np.minimum(prompt_of, spec.shared_tokens) // unit
+    prompt = prompt_of[which]
+    return prompt, output_of[which], stream_ids(which, prompt, unit, shared, group, spec.shared_tokens // unit)
