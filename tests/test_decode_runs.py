@@ -136,6 +136,8 @@ def test_ineligible_setups_step_one_by_one(change, coalesced):
 @pytest.mark.parametrize("model, tp, pp, extra", [
     ("llama-2-7b", 1, 1, {}), ("mixtral-8x7b", 2, 1, {}), ("llama-2-70b", 4, 2, {}),
     ("gpt-oss-20b", 1, 1, {}), ("gpt-oss-20b", 2, 3, {"parallel": {"expert_parallel": True}}),  # sliding windows
+    ("gpt-oss-20b", 4, 1, {"parallel": {"expert_parallel": True, "expert_skew": 1.2, "eplb": True,
+                                        "redundant_experts": 4}}),
     ("deepseek-v3", 8, 1, {"dtype": "fp8", "hardware": {"gpu": "h200"}}),  # MLA, shared experts, dense layers
     ("deepseek-v3", 8, 1, {"dtype": "fp8", "hardware": {"gpu": "h200"},
                            "parallel": {"expert_parallel": True, "dp_attention": True}})])

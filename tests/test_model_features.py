@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -13,7 +14,8 @@ import simulator
 from simulator.config.loader import load_scenario
 from simulator.errors import ConfigError
 from simulator.pipelines.llm.pools import build_cost
-from simulator.workloads.llm import LLMShape, busiest_rank_rows, window_pairs
+from simulator.workloads.expert_load import busiest_rank_rows, eplb_shares, expert_loads
+from simulator.workloads.llm import LLMShape, window_pairs
 from simulator.workloads.weights import bits_per_weight
 
 WORKLOAD = {"requests": 16, "prompt_tokens": 300, "output_tokens": 30}
@@ -111,9 +113,29 @@ def test_a_4bit_checkpoint_reads_fewer_weight_bytes_per_decode_step():
 
 
 def test_busiest_rank_is_the_balls_into_bins_maximum():
-    assert busiest_rank_rows(8000, 8, 10**9) == pytest.approx(1000 + math.sqrt(2 * 1000 * 7 / 8 * math.log(8)))
-    assert busiest_rank_rows(8, 8, 1) == 1.0  # one token: at most min(top_k, local experts) of its pairs per rank
-    assert busiest_rank_rows(100, 1, 10**9) == 100.0
+    assert busiest_rank_rows(8000, None, 8, 10**9) == pytest.approx(1000 + math.sqrt(2 * 1000 * 7 / 8 * math.log(8)))
+    assert busiest_rank_rows(8, None, 8, 1) == 1.0  # one token: at most min(top_k, local experts) of its pairs per rank
+    assert busiest_rank_rows(100, None, 1, 10**9) == 100.0
+
+
+def test_skewed_experts_load_the_busiest_rank_more_and_eplb_evens_it_out():
+    assert np.allclose(expert_loads(8, 0.0), 1 / 8)
+    loads = np.array([0.4, 0.2, 0.2, 0.2])
+    # two replicas go to the expert with the most load per replica (expert 0 twice), then the six replicas,
+    # heaviest first, to the least loaded rank with a slot left (3 each): 0.2+0.2+0.133 and 0.2+0.133+0.133
+    assert np.allclose(eplb_shares(loads, 2, 2), [0.2 + 0.2 + 0.4 / 3, 0.2 + 0.8 / 3])
+    mixtral = {"model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm"}, "workload": WORKLOAD,
+               "parallel": {"tp": 4, "expert_parallel": True}}
+    flops = {}
+    for name, extra in (("uniform", {}), ("skewed", {"expert_skew": 1.0}),
+                        ("eplb", {"expert_skew": 1.0, "eplb": True, "redundant_experts": 4})):
+        cost = _cost(mixtral, **extra)
+        flops[name] = {op.name: op for op in cost._moe_ops(512)}["moe_w2"].flops
+        if name == "eplb":  # each rank holds 3 of the 12 physical experts: the replicas' weights in memory too
+            expert = 3 * 4096 * 14336 * 2  # one expert of one layer, bf16
+            assert cost.weight_bytes_per_gpu() - _cost(mixtral).weight_bytes_per_gpu() == pytest.approx(
+                32 * 4 * expert / 4, rel=1e-9)
+    assert flops["uniform"] < flops["skewed"] and flops["eplb"] < flops["skewed"]
 
 
 def test_expert_parallelism_holds_whole_experts_and_waits_for_the_busiest_rank():
@@ -122,7 +144,7 @@ def test_expert_parallelism_holds_whole_experts_and_waits_for_the_busiest_rank()
     assert ep.weight_bytes_per_gpu() == pytest.approx(tp.weight_bytes_per_gpu(), rel=1e-12)  # 2 whole experts = 1/4 of 8
     moe = {op.name: op for op in ep._moe_ops(512)}
     # 512 tokens x top-2 over 4 ranks: the busiest rank's pairs, each running the whole 14336-wide expert
-    rows = busiest_rank_rows(1024, 4, 1024)
+    rows = busiest_rank_rows(1024, None, 4, 1024)
     assert moe["moe_w2"].flops >= 2 * rows * 4096 * 14336
     assert {op.name: op for op in tp._moe_ops(512)}["moe_w2"].flops < moe["moe_w2"].flops  # imbalance costs
 
@@ -146,6 +168,11 @@ def test_dp_attention_caches_each_token_once_and_holds_attention_whole():
 
 @pytest.mark.parametrize("change, message", [
     ({**DSV3, "parallel": {"tp": 8, "dp_attention": True}}, "parallel.dp_attention: .* set parallel.expert_parallel"),
+    ({**DSV3, "parallel": {"tp": 8, "expert_skew": 1.0}}, "parallel.expert_skew: .* set parallel.expert_parallel"),
+    ({**DSV3, "parallel": {"tp": 8, "expert_parallel": True, "redundant_experts": 8}},
+     "parallel.redundant_experts: .* set parallel.eplb"),
+    ({**DSV3, "parallel": {"tp": 8, "expert_parallel": True, "eplb": True, "redundant_experts": 5}},
+     "parallel.redundant_experts: 256 experts \\+ 5 redundant do not fill the 8 ranks"),
     ({"model": "llama-3-8b", "parallel": {"expert_parallel": True}}, "parallel.expert_parallel: .* is dense"),
     ({"model": "mixtral-8x7b", "parallel": {"tp": 16, "expert_parallel": True}, "hardware": {"node_link": "ib-400g"}},
      "parallel.tp: tp=16 does not split the 8 experts"),

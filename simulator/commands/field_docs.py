@@ -147,6 +147,13 @@ FIELD_DOCS: dict[str, str] = {
                                 "weights whole and its share of the requests and their KV (MLA's latent is cached "
                                 "once, not on every rank); the MoE layers' tokens cross by all-to-all. Needs "
                                 "expert_parallel.",
+    "LLMParallel.expert_skew": "How unevenly tokens pick experts under expert parallelism: expert popularity as "
+                               "1/rank**skew (0: equal, the balance DeepSeek-V3's load balancing trains for); the "
+                               "step waits for the rank holding the most routed tokens.",
+    "LLMParallel.eplb": "Place the experts with DeepSeek's EPLB (vLLM's --enable-eplb): popular experts replicated "
+                        "(redundant_experts) and the replicas packed so the ranks' loads even out.",
+    "LLMParallel.redundant_experts": "EPLB's extra expert replicas over all ranks; each rank holds (experts + "
+                                     "redundant) / tp of them, in memory too.",
     "LLMParallel.tp": "Tensor-parallel degree: GPUs sharing each layer, with all-reduces over the GPU link.",
     "LLMParallel.pp": "Pipeline-parallel degree: stages of consecutive layers.",
     "LLMParallel.allreduce": "How the engine all-reduces TP activations: vllm (custom one-/two-shot NVLink "

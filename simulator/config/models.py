@@ -271,6 +271,9 @@ class LLMParallel(Strict):
     pp: Count(1024) = 1
     expert_parallel: bool = False  # vLLM's --enable-expert-parallel: whole experts sharded across the TP ranks
     dp_attention: bool = False     # SGLang's --enable-dp-attention: attention data-parallel over the tp ranks
+    expert_skew: Annotated[float, NO_BOOL, Field(ge=0, le=4, allow_inf_nan=False)] = 0.0
+    eplb: bool = False             # vLLM's --enable-eplb: DeepSeek's EPLB places (and replicates) the experts
+    redundant_experts: Whole(4096) = 0  # EPLB's extra replicas (eplb_config num_redundant_experts)
     allreduce: Literal["vllm", "nccl"] = "vllm"
     replicas: Count(10_000) = 1
 

@@ -18,6 +18,7 @@ from ..hardware.allreduce import ALLREDUCE_POLICIES, AllReduceLink
 from ..hardware.collectives import alltoall_time, p2p_time
 from ..hardware.gpu import GPU
 from ..hardware.ops import DTYPE_BYTES, Op
+from .expert_load import busiest_rank_rows, contiguous_shares, eplb_shares, expert_loads
 from .weights import bits_per_weight
 
 LAYER_KERNELS = ("add_rms_norm", "qkv", "rotary", "kv_cache_write", "attention", "o_proj",
@@ -79,15 +80,6 @@ class FusedMoEKernel:
         hit = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
         bm = self.block_m(tokens if step_tokens is None else step_tokens)
         return hit, hit * bm * math.ceil(tokens * top_k / hit / bm)
-
-
-def busiest_rank_rows(routed: int, ranks: int, cap: int) -> float:
-    """Expected token-expert pairs on the busiest of ``ranks`` expert-parallel ranks when ``routed``
-    pairs land uniformly at random: the balls-into-bins maximum, mean + sqrt(2 var ln ranks) (Raab
-    & Steger, "Balls into Bins - A Simple and Tight Analysis", RANDOM 1998, Theorem 1, for
-    routed >= ranks ln ranks), at most ``cap``. Real routers are skewed beyond this (a floor)."""
-    mean = routed / ranks
-    return min(float(cap), mean + math.sqrt(2.0 * mean * (1.0 - 1.0 / ranks) * math.log(ranks)))
 
 
 def window_pairs(chunks, window: int) -> tuple[float, float]:
@@ -264,6 +256,9 @@ class LLMCostModel:
     step_time: object | None = None  # a StepTime: the step as a function of its batch, not the roofline
     expert_parallel: bool = False    # whole experts sharded across the TP ranks (vLLM --enable-expert-parallel)
     dp_attention: bool = False       # attention data-parallel over the ranks, experts all-to-all (SGLang --enable-dp-attention)
+    expert_skew: float = 0.0         # Zipf exponent of the experts' popularity (0: equal)
+    eplb: bool = False               # DeepSeek's EPLB places the experts (vLLM --enable-eplb)
+    redundant_experts: int = 0       # EPLB's extra replicas of popular experts, over all ranks
     _gemm_cache: dict = field(default_factory=dict, repr=False)
     _head_cache: dict = field(default_factory=dict, repr=False)
     _comm_cache: dict = field(default_factory=dict, repr=False)
@@ -307,13 +302,14 @@ class LLMCostModel:
         h = s.hidden
         wa, we = self.weight_bytes(), self.weight_bytes(experts=True)
         if s.experts > 1:
-            moe = 3 * h * s.ffn * s.experts * we + (h * s.experts + 3 * h * s.shared_ffn) * wa
+            moe = 3 * h * s.ffn * (s.experts + self.redundant_experts) * we + (h * s.experts + 3 * h * s.shared_ffn) * wa
         else:
             moe = 3 * h * s.ffn * wa
         per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
         dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
         if self.dp_attention:  # every rank holds attention, dense MLPs, router and shared experts whole
-            moe = 3 * h * s.ffn * s.experts * we / self.tp + (h * s.experts + 3 * h * s.shared_ffn) * wa
+            moe = (3 * h * s.ffn * (s.experts + self.redundant_experts) * we / self.tp
+                   + (h * s.experts + 3 * h * s.shared_ffn) * wa)
             per_layer = (split + whole) * wa + moe + 2 * h * b
             dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe)
         # the embedding and the LM head (each vocab x hidden, split over TP: vLLM's VocabParallelEmbedding
@@ -431,8 +427,9 @@ class LLMCostModel:
         w, we = self.weight_bytes(), self.weight_bytes(experts=True)
         if self.expert_parallel and self.tp > 1:
             f = s.ffn
-            routed = busiest_rank_rows(t * s.top_k, self.tp, t * min(s.top_k, e // self.tp))
-            hit, rows = k.padded_rows(routed, e // self.tp, 1, t)
+            local = (e + self.redundant_experts) // self.tp
+            routed = busiest_rank_rows(t * s.top_k, self._rank_shares, self.tp, t * min(s.top_k, local))
+            hit, rows = k.padded_rows(routed, local, 1, t)
         else:
             f = s.ffn // self.tp
             routed = t * s.top_k
@@ -491,6 +488,11 @@ class LLMCostModel:
             self.attention = DecodeAttentionKernel.from_catalog("paged", self.gpu)
         if self.moe is None:
             self.moe = FusedMoEKernel.from_catalog(catalog.kernels()["fused_moe"])
+        self._rank_shares = None  # the ranks' shares of the routed pairs (None: equal, no placement to ask)
+        if self.expert_parallel and self.tp > 1 and (self.expert_skew or self.eplb):
+            loads = expert_loads(self.shape.experts, self.expert_skew)
+            self._rank_shares = (eplb_shares(loads, self.tp, self.redundant_experts) if self.eplb
+                                 else contiguous_shares(loads, self.tp))
         if self.allreduce_link is None:
             bw = self.link_bandwidth
             self.allreduce_link = AllReduceLink.without_kernels(self.link_latency, bw, bw, True)

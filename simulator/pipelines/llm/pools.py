@@ -41,6 +41,17 @@ def check_parallel(scenario) -> None:
     if p.expert_parallel and m.experts == 1:
         raise ConfigError(f"{m.name} is dense: expert parallelism needs an MoE; drop parallel.expert_parallel",
                           path="parallel.expert_parallel")
+    if (p.expert_skew or p.eplb or p.redundant_experts) and not p.expert_parallel:
+        key = "expert_skew" if p.expert_skew else ("eplb" if p.eplb else "redundant_experts")
+        raise ConfigError("spreads experts over expert-parallel ranks: set parallel.expert_parallel: true",
+                          path=f"parallel.{key}")
+    if p.redundant_experts and not p.eplb:
+        raise ConfigError("redundant experts are EPLB's replicas: set parallel.eplb: true",
+                          path="parallel.redundant_experts")
+    if p.eplb and (m.experts + p.redundant_experts) % p.tp:
+        raise ConfigError(f"{m.experts} experts + {p.redundant_experts} redundant do not fill the {p.tp} ranks "
+                          "evenly (vLLM needs the physical experts to divide by the EP size)",
+                          path="parallel.redundant_experts")
     if p.expert_parallel and m.experts % p.tp:
         raise ConfigError(f"tp={p.tp} does not split the {m.experts} experts of {m.name} whole; use one of "
                           f"{', '.join(map(str, _divisors(m.experts)))}", path="parallel.tp")
@@ -114,7 +125,8 @@ def build_cost(scenario) -> LLMCostModel:
     attention = DecodeAttentionKernel.from_catalog(scenario.serving.decode_attention, gpu)
     return LLMCostModel(LLMShape.from_spec(scenario.model), gpu, scenario.dtype, p.tp, p.pp, link.bandwidth,
                         link.latency, allreduce_link(spec, _tp_group(scenario)), p.allreduce, attention,
-                        step_time=hw.step_time, expert_parallel=p.expert_parallel, dp_attention=p.dp_attention)
+                        step_time=hw.step_time, expert_parallel=p.expert_parallel, dp_attention=p.dp_attention,
+                        expert_skew=p.expert_skew, eplb=p.eplb, redundant_experts=p.redundant_experts)
 
 
 def _tp_group(scenario):
