@@ -15,9 +15,10 @@ layers (``first_k_dense_replace``, or Qwen's ``mlp_only_layers``, of ``intermedi
 sliding-window layers (``layer_types``, Gemma's alternation, Llama 4's chunked layers, or every layer
 with ``sliding_window`` and ``use_sliding_window``), a tied LM head (``tie_word_embeddings``), Llama 4's
 interleaved MoE layers (``interleave_moe_layer_step``, dense ones of ``intermediate_size_mlp``) and
-shared expert, and the checkpoint's ``quantization_config`` (FP8 runs with the scenario's
-``dtype: fp8``; MXFP4, NVFP4 and 4-bit AWQ/GPTQ are read as the weights' format, on the MoE experts
-alone where the attention layers are left unconverted). What lastmile does not model is a one-line
+shared expert, and the checkpoint's ``quantization_config`` (FP8, MXFP4, NVFP4 and 4-bit AWQ/GPTQ are read as the
+weights' format, on the MoE experts alone where the attention layers are left unconverted; the
+activations and the KV cache stay at the scenario's ``dtype``, as vLLM's ``kv_cache_dtype: auto``
+keeps the model's dtype). What lastmile does not model is a one-line
 error naming the field: every layer sliding (the KV pool counts full-attention layers), other
 quantization methods and bit widths.
 """
@@ -100,8 +101,8 @@ def _weights(cfg: dict, where: str, moe: bool) -> dict:
     if not isinstance(quant, dict):
         return {}
     method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
-        return {}
+    if method == "fp8":  # per-tensor or block-scaled (DeepSeek's 128 x 128): the weights a byte each
+        return {"weights": {"format": "fp8"}}
     skipped = " ".join(map(str, quant.get("modules_to_not_convert") or quant.get("exclude_modules") or []))
     modules = "experts" if moe and "attn" in skipped else "linear"
     if method == "mxfp4":
@@ -115,8 +116,8 @@ def _weights(cfg: dict, where: str, moe: bool) -> dict:
         group = quant.get("group_size", quant.get("q_group_size", 128))
         group = group if isinstance(group, int) and group > 0 else 1 << 16  # -1: one scale per column
         return {"weights": {"format": "int4", "modules": modules, "group_size": min(group, 1 << 16)}}
-    _fail(where, "quantization_config", f"{quant.get('quant_method')!r} weights are not modelled (FP8 runs with "
-                                        "dtype: fp8; mxfp4, NVFP4 modelopt, 4-bit awq and gptq are read)")
+    _fail(where, "quantization_config", f"{quant.get('quant_method')!r} weights are not modelled (fp8, mxfp4, "
+                                        "NVFP4 modelopt, 4-bit awq and gptq are read)")
 
 
 def _moe(cfg: dict, where: str, layers: int) -> dict:
