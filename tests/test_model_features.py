@@ -201,3 +201,19 @@ def test_weights_per_gpu_are_what_vllm_loads():
     shape = pp.shape
     layer = sum(shape.layer_params()) + 2 * shape.hidden
     assert pp.weight_bytes_per_gpu() == (16 * layer + shape.vocab * shape.hidden) * 2
+
+
+def test_nvfp4_weights_multiply_at_fp4_where_the_gpu_has_fp4_tensor_cores():
+    raw = {"model": "llama-3-8b", "workload": WORKLOAD}
+    spec = load_scenario(raw).model.model_dump()
+    nvfp4 = {**spec, "weights": {"format": "nvfp4"}}
+    b200 = build_cost(load_scenario({**raw, "model": nvfp4, "hardware": {"gpu": "b200"}}))
+    h100 = build_cost(load_scenario({**raw, "model": nvfp4, "hardware": {"gpu": "h100-sxm"}}))
+    assert b200.gemm_dtype() == "fp4" and h100.gemm_dtype() == "bf16"  # Hopper has no FP4 tensor cores
+    gpu = b200.gpu
+    assert gpu.flops_rate("fp4") == 9000e12 * gpu.matmul_fp8_eff  # the FP8 GEMM fraction of the FP4 peak
+    # a compute-bound prefill: FP4 math 4x bf16's peak, the attention and the small kernels unchanged
+    bf16 = build_cost(load_scenario({**raw, "hardware": {"gpu": "b200"}}))
+    assert b200.linear_time(8192) < 0.5 * bf16.linear_time(8192)
+    mx = build_cost(load_scenario({**raw, "model": {**spec, "weights": {"format": "mxfp4"}}, "hardware": {"gpu": "b200"}}))
+    assert mx.gemm_dtype() == "bf16"  # weight-only: dequantized in the kernel

@@ -37,7 +37,7 @@ class GPUSpec(Strict):
     """One GPU: peak compute per dtype, memory, HBM bandwidth and fixed per-kernel costs."""
 
     name: str
-    peak_flops: dict[Literal["bf16", "fp16", "fp8", "fp32"], Flops]
+    peak_flops: dict[Literal["bf16", "fp16", "fp8", "fp4", "fp32"], Flops]
     memory: Bytes
     hbm_bandwidth: Bandwidth
     sm_count: Count(4096)

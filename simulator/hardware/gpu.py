@@ -82,7 +82,8 @@ class GPU:
     def flops_rate(self, dtype: str) -> float:
         """Achievable FLOP/s of a large matrix multiply in ``dtype``."""
         peak = self.peak_flops.get(dtype) or self.peak_flops["bf16"]
-        return peak * (self.matmul_fp8_eff if dtype == "fp8" else self.matmul_eff)
+        # FP4: no published FP4 GEMM efficiency; the FP8 fraction (the same tensor-core pipeline, half the bits)
+        return peak * (self.matmul_fp8_eff if dtype in ("fp8", "fp4") else self.matmul_eff)
 
     def tiling(self, m: int, n: int, k: int) -> tuple[float, int, int]:
         """(fraction of SM slots doing useful tiles, waves, K stages per tile) of an m x n x k

@@ -158,6 +158,7 @@ class LLMShape:
     weight_bits: float = 0.0   # bits per weight of the quantized checkpoint (0: the run's dtype)
     quantized: str = "linear"  # which weights carry them: every linear layer, or the routed experts
     tied: bool = False         # the LM head is the embedding matrix
+    weight_format: str = ""    # the quantized checkpoint's format (config.models.WEIGHT_FORMATS), "" for none
 
     @classmethod
     def from_spec(cls, spec) -> "LLMShape":
@@ -169,7 +170,8 @@ class LLMShape:
                    None if mla is None else MLA(mla.q_lora_rank, mla.kv_lora_rank, mla.rope_head_dim,
                                                 mla.nope_head_dim, mla.v_head_dim),
                    0.0 if quant is None else bits_per_weight(quant.format, quant.group_size),
-                   "linear" if quant is None else quant.modules, getattr(spec, "tied_embeddings", False))
+                   "linear" if quant is None else quant.modules, getattr(spec, "tied_embeddings", False),
+                   "" if quant is None else quant.format)
 
     def attention_params(self) -> tuple[int, int]:
         """(params split across TP ranks, params every rank holds whole) of one layer's attention.
@@ -293,6 +295,17 @@ class LLMCostModel:
             return s.weight_bits / 8
         return self.b
 
+    def gemm_dtype(self, experts: bool = False) -> str:
+        """The dtype a linear layer's GEMM (``experts``: a routed expert's) multiplies in: NVFP4 weights at
+        FP4 where the GPU has FP4 tensor cores (W4A4: vLLM's ModelOpt NVFP4 linear method quantizes the
+        activations to FP4 too, ``scaled_fp4_quant`` then ``cutlass_scaled_fp4_mm``), anything else at
+        the activations' dtype (weight-only formats dequantize in the kernel, Marlin-style)."""
+        s = self.shape
+        if (s.weight_format == "nvfp4" and (experts or s.quantized == "linear")
+                and "fp4" in self.gpu.peak_flops):
+            return "fp4"
+        return self.dtype
+
     def weight_bytes_per_gpu(self) -> float:
         """Weights one GPU holds: its stage's layers' share under TP (experts whole under expert
         parallelism: the same share), replicated projections whole, and its share of the embedding
@@ -347,7 +360,7 @@ class LLMCostModel:
         of one of an MoE's leading dense layers)."""
         s, b, tp, dt = self.shape, self.b, self.attn_tp, self.dtype
         h = s.hidden
-        w = self.weight_bytes()
+        w, g = self.weight_bytes(), self.gemm_dtype()
         routed_t, t = t, -(-t // self.dp)  # the step's tokens, and those of one rank (all but the experts')
         if s.mla is not None:
             ops = self._mla_ops(t)
@@ -358,12 +371,12 @@ class LLMCostModel:
                 # fused_add_rms_norm: reads x and the residual, writes the new residual and x normed.
                 Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt),
                 Op("qkv", 2 * t * h * (q_out + kv_out), h * (q_out + kv_out) * w + (t * h + t * (q_out + kv_out)) * b,
-                   gemm=(t, q_out + kv_out, h), dtype=dt),
+                   gemm=(t, q_out + kv_out, h), dtype=g),
                 # rotary_embedding rotates q and k in place: reads and writes both.
                 Op("rotary", 6 * t * (q_out + kv_out // 2), 2 * t * (q_out + kv_out // 2) * b, dtype=dt),
                 # reshape_and_cache_flash: reads the new k and v, writes them into their cache slots.
                 Op("kv_cache_write", 0.0, 2 * t * kv_out * b, dtype=dt),
-                Op("o_proj", 2 * t * q_out * h, q_out * h * w + (t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=dt),
+                Op("o_proj", 2 * t * q_out * h, q_out * h * w + (t * q_out + t * h) * b, gemm=(t, h, q_out), dtype=g),
             ]
         ops.append(Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt))
         if s.experts == 1 or dense_mlp:
@@ -376,11 +389,11 @@ class LLMCostModel:
 
     def _mlp_ops(self, t: int, f: int, prefix: str = "") -> list[Op]:
         """A dense gated MLP of (per-rank) intermediate size f: the merged gate/up GEMM, SiluAndMul, down."""
-        h, b, dt, w = self.shape.hidden, self.b, self.dtype, self.weight_bytes()
+        h, b, dt, w, g = self.shape.hidden, self.b, self.dtype, self.weight_bytes(), self.gemm_dtype()
         return [
-            Op(prefix + "gate_up", 4 * t * h * f, 2 * h * f * w + (t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=dt),
+            Op(prefix + "gate_up", 4 * t * h * f, 2 * h * f * w + (t * h + 2 * t * f) * b, gemm=(t, 2 * f, h), dtype=g),
             Op(prefix + "silu_and_mul", 4 * t * f, 3 * t * f * b, dtype=dt),
-            Op(prefix + "down", 2 * t * f * h, f * h * w + (t * f + t * h) * b, gemm=(t, h, f), dtype=dt),
+            Op(prefix + "down", 2 * t * f * h, f * h * w + (t * f + t * h) * b, gemm=(t, h, f), dtype=g),
         ]
 
     def _mla_ops(self, t: int) -> list[Op]:
@@ -390,27 +403,27 @@ class LLMCostModel:
         up-projection (at decode the absorbed W_UK and W_UV products, at prefill the decompression:
         the same FLOPs and weights for the step's tokens) and the output projection."""
         s, b, tp, dt, m = self.shape, self.b, self.attn_tp, self.dtype, self.shape.mla
-        h, w = s.hidden, self.weight_bytes()
+        h, w, g = s.hidden, self.weight_bytes(), self.gemm_dtype()
         qh = s.heads // tp
         q_out, latent, up = qh * (m.nope + m.rope), m.kv_lora + m.rope, qh * (m.nope + m.v)
         ops = [Op("add_rms_norm", 6 * t * h, 4 * t * h * b, dtype=dt)]
         q_in = h
         if m.q_lora:
             ops += [Op("q_a_proj", 2 * t * h * m.q_lora, h * m.q_lora * w + (t * h + t * m.q_lora) * b,
-                       gemm=(t, m.q_lora, h), dtype=dt),
+                       gemm=(t, m.q_lora, h), dtype=g),
                     Op("q_a_norm", 5 * t * m.q_lora, 2 * t * m.q_lora * b, dtype=dt)]
             q_in = m.q_lora
         return ops + [
             Op("q_proj", 2 * t * q_in * q_out, q_in * q_out * w + (t * q_in + t * q_out) * b, gemm=(t, q_out, q_in),
-               dtype=dt),
-            Op("kv_a_proj", 2 * t * h * latent, h * latent * w + (t * h + t * latent) * b, gemm=(t, latent, h), dtype=dt),
+               dtype=g),
+            Op("kv_a_proj", 2 * t * h * latent, h * latent * w + (t * h + t * latent) * b, gemm=(t, latent, h), dtype=g),
             Op("kv_a_norm", 5 * t * m.kv_lora, 2 * t * m.kv_lora * b, dtype=dt),
             Op("rotary", 6 * t * (qh + 1) * m.rope, 2 * t * (qh + 1) * m.rope * b, dtype=dt),
             Op("kv_cache_write", 0.0, 2 * t * latent * b, dtype=dt),
             Op("kv_b_proj", 2 * t * m.kv_lora * up, m.kv_lora * up * w + (t * m.kv_lora + t * up) * b,
-               gemm=(t, up, m.kv_lora), dtype=dt),
+               gemm=(t, up, m.kv_lora), dtype=g),
             Op("o_proj", 2 * t * qh * m.v * h, qh * m.v * h * w + (t * qh * m.v + t * h) * b, gemm=(t, h, qh * m.v),
-               dtype=dt),
+               dtype=g),
         ]
 
     def _moe_ops(self, t: int) -> list[Op]:
@@ -424,7 +437,7 @@ class LLMCostModel:
         inputs and outputs cross by all-to-all (:meth:`collective_parts`)."""
         s, b, dt, k = self.shape, self.b, self.dtype, self.moe
         h, e = s.hidden, s.experts
-        w, we = self.weight_bytes(), self.weight_bytes(experts=True)
+        w, we, ge = self.weight_bytes(), self.weight_bytes(experts=True), self.gemm_dtype(experts=True)
         if self.expert_parallel and self.tp > 1:
             f = s.ffn
             local = (e + self.redundant_experts) // self.tp
@@ -441,10 +454,10 @@ class LLMCostModel:
             Op("topk_softmax", 5 * t * e, logits / k.routing_kernels, count=k.routing_kernels, dtype="fp32"),
             Op("moe_align", routed, 4 * (routed + rows) / k.align_kernels, count=k.align_kernels, dtype="fp32"),
             Op("moe_w13", 2 * rows * 2 * f * h, hit * 2 * f * h * we + (routed * h + routed * 2 * f) * b,
-               gemm=(math.ceil(rows), 2 * f, h), dtype=dt),
+               gemm=(math.ceil(rows), 2 * f, h), dtype=ge),
             Op("silu_and_mul", 4 * routed * f, 3 * routed * f * b, dtype=dt),
             Op("moe_w2", 2 * rows * h * f, hit * h * f * we + (routed * f + routed * h) * b,
-               gemm=(math.ceil(rows), h, f), dtype=dt),
+               gemm=(math.ceil(rows), h, f), dtype=ge),
             Op("moe_sum", routed * h, (routed + t) * h * b, dtype=dt),
         ]
 

@@ -3,7 +3,8 @@
 A weight-only or block-scaled format stores each weight in fewer bits plus one scale per block of
 elements; a decode step reads the weights once, so these bits are what a quantized layer's
 weight traffic and memory scale with. The GEMM's arithmetic runs at the activations' dtype (the
-scenario's ``dtype``): FP4 tensor-core math (Blackwell's W4A4 NVFP4) is not modelled.
+scenario's ``dtype``), except NVFP4 (W4A4) on a GPU with FP4 tensor cores
+(``LLMCostModel.gemm_dtype``).
 """
 
 from __future__ import annotations
