@@ -96,7 +96,7 @@ def _sliding(cfg: dict, where: str, layers: int) -> dict:
 
 
 def _weights(cfg: dict, where: str, moe: bool) -> dict:
-    """The checkpoint's format (``quantization_config``): FP8 is the scenario's dtype, 4-bit formats its weights."""
+    """The checkpoint's weight format (``quantization_config``), none for an unquantized checkpoint."""
     quant = cfg.get("quantization_config")
     if not isinstance(quant, dict):
         return {}
