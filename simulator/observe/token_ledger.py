@@ -224,7 +224,7 @@ class TokenLedger:
         256)."""
         if not isinstance(self.steps, RingColumns):
             return False
-        low = int(np.min(steps))
+        low = int(steps) if isinstance(steps, (int, np.integer)) else int(np.min(steps))  # a step's rows: its index
         self._first_step = low if self._first_step is None else min(self._first_step, low)
         return self.steps.size - self._first_step > self.steps.capacity // 2
 

@@ -259,8 +259,10 @@ class Engine:
             self.sched.leave(np.array(completes, dtype=np.int64))
         spec, accepted = self.spec, None
         if spec is None:
-            compute = self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks] if chunks else (),
-                                     sampled).compute
+            # a decode-only step's time is the cost model's decode function (``decode_time``: the same
+            # arithmetic as ``step(...).compute``, bound once)
+            compute = (self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks], sampled).compute if chunks
+                       else self.cost.decode_time(ctx, len(decode)))
             t.computed[decode] = comp + 1
             tokens = len(decode) + new_tokens
         else:
