@@ -99,6 +99,15 @@ def test_checkpoint_formats_have_their_bits_per_weight(fmt, group, bits):
     assert bits_per_weight(fmt, group) == bits
 
 
+def test_every_format_a_model_may_declare_has_its_bits():
+    import typing
+
+    from simulator.config.models import WeightQuant
+
+    formats = typing.get_args(WeightQuant.model_fields["format"].annotation)
+    assert formats and all(0 < bits_per_weight(f) <= 8 for f in formats)
+
+
 def test_a_4bit_checkpoint_reads_fewer_weight_bytes_per_decode_step():
     raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "workload": WORKLOAD}
     base = build_cost(load_scenario(raw))

@@ -171,15 +171,11 @@ class MLASpec(Strict):
     q_lora_rank: Whole(1 << 16) = 0
 
 
-WEIGHT_FORMATS = ("fp8", "mxfp4", "nvfp4", "int4")
-"""Checkpoint weight formats a model may declare (``weights.format``)."""
-
-
 class WeightQuant(Strict):
     """A quantized checkpoint: the format of its weights and which of them it covers (every linear
     layer but the LM head, or the MoE experts alone, as gpt-oss's MXFP4 checkpoint does)."""
 
-    format: Literal["fp8", "mxfp4", "nvfp4", "int4"]
+    format: Literal["fp8", "mxfp4", "nvfp4", "int4"]  # each with its bits in workloads.weights (a test checks)
     modules: Literal["linear", "experts"] = "linear"
     group_size: Count(1 << 16) = 128  # int4 only: elements per fp16 scale and 4-bit zero point
 

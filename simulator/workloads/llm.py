@@ -158,7 +158,7 @@ class LLMShape:
     weight_bits: float = 0.0   # bits per weight of the quantized checkpoint (0: the run's dtype)
     quantized: str = "linear"  # which weights carry them: every linear layer, or the routed experts
     tied: bool = False         # the LM head is the embedding matrix
-    weight_format: str = ""    # the quantized checkpoint's format (config.models.WEIGHT_FORMATS), "" for none
+    weight_format: str = ""    # the quantized checkpoint's format (config.models.WeightQuant.format), "" for none
 
     @classmethod
     def from_spec(cls, spec) -> "LLMShape":
@@ -287,6 +287,11 @@ class LLMCostModel:
         """Ranks the step's requests are spread over, each running its own share (DP attention), else 1."""
         return self.tp if self.dp_attention else 1
 
+    def per_rank(self, n: int) -> int:
+        """The busiest rank's share of ``n`` tokens, sequences or requests spread over the DP
+        attention ranks (``n`` itself without DP attention)."""
+        return -(-n // self.dp)
+
     def weight_bytes(self, experts: bool = False) -> float:
         """Bytes of one weight of a linear layer (``experts``: of a routed expert): the quantized
         checkpoint's bits where it covers the layer, else the run's dtype."""
@@ -314,17 +319,16 @@ class LLMCostModel:
         split, whole = s.attention_params()
         h = s.hidden
         wa, we = self.weight_bytes(), self.weight_bytes(experts=True)
-        if s.experts > 1:
-            moe = 3 * h * s.ffn * (s.experts + self.redundant_experts) * we + (h * s.experts + 3 * h * s.shared_ffn) * wa
-        else:
-            moe = 3 * h * s.ffn * wa
-        per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
-        dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
+        experts = 3 * h * s.ffn * (s.experts + self.redundant_experts) * we  # the routed experts (with replicas)
+        other = (h * s.experts + 3 * h * s.shared_ffn) * wa                   # the router and the shared experts
         if self.dp_attention:  # every rank holds attention, dense MLPs, router and shared experts whole
-            moe = (3 * h * s.ffn * (s.experts + self.redundant_experts) * we / self.tp
-                   + (h * s.experts + 3 * h * s.shared_ffn) * wa)
+            moe = experts / self.tp + other
             per_layer = (split + whole) * wa + moe + 2 * h * b
             dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe)
+        else:
+            moe = experts + other if s.experts > 1 else 3 * h * s.ffn * wa
+            per_layer = (split * wa + moe) / self.tp + (whole * wa + 2 * h * b)
+            dense = s.dense_layers * (3 * h * s.dense_ffn * wa - moe) / self.tp
         # the embedding and the LM head (each vocab x hidden, split over TP: vLLM's VocabParallelEmbedding
         # and ParallelLMHead) sit on the first and the last pipeline stage: one GPU holds both without PP
         # (one matrix if they are tied; with PP the last stage loads its own copy of a tied one)
@@ -336,12 +340,10 @@ class LLMCostModel:
         are :meth:`sliding_kv_bytes`). MLA's latent is one head every TP rank caches whole."""
         s = self.shape
         full = self.layers_per_stage * s.full_layers / s.layers if s.sliding_layers else self.layers_per_stage
+        # under DP attention each token's KV sits whole on its request's rank: the replica pools the ranks' caches
         if s.mla is not None:
             return full * s.kv_elements_per_layer() * self.b / self.dp
-        kv_heads = max(1, s.kv_heads // self.attn_tp)
-        if self.dp > 1:  # each token's KV, whole, on its request's rank: the replica pools the ranks' caches
-            return 2 * full * kv_heads * s.head_dim * self.b / self.dp
-        return 2 * full * kv_heads * s.head_dim * self.b
+        return 2 * full * max(1, s.kv_heads // self.attn_tp) * s.head_dim * self.b / self.dp
 
     def sliding_kv_bytes(self, sequences: int, block_size: int) -> float:
         """KV bytes the sliding-window layers hold on one GPU for ``sequences`` running requests: a
@@ -361,7 +363,7 @@ class LLMCostModel:
         s, b, tp, dt = self.shape, self.b, self.attn_tp, self.dtype
         h = s.hidden
         w, g = self.weight_bytes(), self.gemm_dtype()
-        routed_t, t = t, -(-t // self.dp)  # the step's tokens, and those of one rank (all but the experts')
+        routed_t, t = t, self.per_rank(t)  # the step's tokens, and those of one rank (all but the experts')
         if s.mla is not None:
             ops = self._mla_ops(t)
         else:
@@ -447,7 +449,7 @@ class LLMCostModel:
             f = s.ffn // self.tp
             routed = t * s.top_k
             hit, rows = k.padded_rows(t, e, s.top_k)
-        t = -(-t // self.dp)  # the tokens this rank routes
+        t = self.per_rank(t)  # the tokens this rank routes
         logits = t * e * 4
         return [
             Op("router", 2 * t * h * e, h * e * w + (t * h + t * e) * b, gemm=(t, e, h), dtype=dt),
@@ -467,11 +469,13 @@ class LLMCostModel:
         cached = self._gemm_cache.get(t)
         if cached is None:
             s = self.shape
-            cached = self.layers_per_stage * self.gpu.ops_time(self._linear_ops(t))
+            layer = self.gpu.ops_time(self._linear_ops(t))
             if s.dense_layers:
                 dense = self.layers_per_stage * s.dense_layers / s.layers
-                cached = ((self.layers_per_stage - dense) * self.gpu.ops_time(self._linear_ops(t))
+                cached = ((self.layers_per_stage - dense) * layer
                           + dense * self.gpu.ops_time(self._linear_ops(t, dense_mlp=True)))
+            else:
+                cached = self.layers_per_stage * layer
             self._gemm_cache[t] = cached
         return cached
 
@@ -485,7 +489,7 @@ class LLMCostModel:
     def _head_time(self, sequences: int) -> float:
         s, b = self.shape, self.b
         v = s.vocab // self.attn_tp
-        n = max(-(-sequences // self.dp), 1)
+        n = max(self.per_rank(sequences), 1)
         ops = [
             Op("final_norm", 5 * n * s.hidden, 2 * n * s.hidden * b, dtype=self.dtype),
             Op("lm_head", 2 * n * s.hidden * v, (s.hidden * v + n * s.hidden) * b + n * v * LOGIT_BYTES,
@@ -564,7 +568,7 @@ class LLMCostModel:
         if self.dp > 1:  # the busiest rank's share of the step's requests (spread evenly)
             d = self.dp
             decode_context, prefill_pairs, prefill_kv_tokens = decode_context / d, prefill_pairs / d, prefill_kv_tokens / d
-            decode_requests, prefill_tokens = -(-decode_requests // d), prefill_tokens / d
+            decode_requests, prefill_tokens = self.per_rank(decode_requests), prefill_tokens / d
             windowed = None if windowed is None else (windowed[0] / d, windowed[1] / d)
         t = self._layer_attention(decode_context, decode_requests, prefill_pairs, prefill_kv_tokens, prefill_tokens,
                                   decode_queries)
@@ -615,7 +619,7 @@ class LLMCostModel:
         if not self.dp_attention:
             return self.allreduce_parts(tokens)
         s = self.shape
-        nbytes = -(-tokens // self.dp) * s.top_k * s.hidden * self.b
+        nbytes = self.per_rank(tokens) * s.top_k * s.hidden * self.b
         return self.link_latency, alltoall_time(nbytes, self.tp, self.link_bandwidth, 0.0)
 
     def allreduce_parts(self, tokens: int) -> tuple[float, float]:
