@@ -17,7 +17,7 @@ INVARIANTS = {
                         "closed-form run and the end of every run)",
     "RUN_MATCHES_POOL": "a closed-form run's own count of free blocks equals the block pool's after the run "
                         "writes its requests' blocks back (decode_runs; every run)",
-    "WAIT_WITHIN": "what a step's scheduling wait is split into (detokenization, streaming) lies within the wait "
+    "WAIT_WITHIN": "what a step's scheduling wait is split into (detokenization, output objects, messages, streaming) lies within the wait "
                    "(observe.attribution.wait_activity; every step)",
     "FINISHED_ONCE": "no request finishes twice (frontend.Frontend.on_finish; every finish)",
     "TOKENS_CONSERVED": "a finished request generated exactly its output tokens, and the client received "

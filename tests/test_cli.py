@@ -46,7 +46,7 @@ def test_json_summary_has_the_contract_keys():
         assert set(s[key]) >= {"p50", "p90", "p99", "mean"}
     assert {"output_tokens_per_s", "requests_per_s"} <= set(s["throughput"])
     assert set(s["breakdown_share"]) == {"queue", "schedule", "prefill", "kv_transfer", "decode", "comm", "d2h", "detokenize",
-                                         "stream"}
+                                         "output", "ipc", "stream"}
     assert 0 <= s["last_mile_share"] <= 1 and 0 <= s["itl_last_mile_share"] <= 1
     assert s["requests_completed"] == 20
 

@@ -75,9 +75,12 @@ def test_single_request_breakdown_is_exact():
     sc = load_scenario(BASE)
     cpu = sc.hardware.cpu
     row = result.breakdown.iloc[0]
-    detok = cpu.detokenize_step_fixed + cpu.detokenize_per_token + cpu.output_per_request
-    # Sync, engine-side detokenization: every token's detokenization is on the critical path.
+    detok = cpu.detokenize_step_fixed + cpu.detokenize_per_token
+    # Sync, engine-side detokenization: every token's detokenization and output object are on the
+    # critical path, and no process is crossed (the reference profile's messages cost nothing).
     assert row["detokenize"] == pytest.approx(4 * detok, rel=1e-9)
+    assert row["output"] == pytest.approx(4 * cpu.output_per_request, rel=1e-9)
+    assert row["ipc"] == 0.0
     # The GPU time of each step is attributed to its phase: one prefill step, three decode steps.
     cost = build_cost(sc)
     assert row["prefill"] == pytest.approx(cost.step(0, 0, [(0, 100)]).total, rel=1e-9)

@@ -108,11 +108,11 @@ def test_the_breakdown_sums_to_e2e_for_every_request(rag_run):
     # the two cores queue: some requests waited for one
     assert rag_run.summary["stages"]["search"]["wait_ms"]["p99"] > 0
     assert "where E2E goes" in format_summary(rag_run)
-    # the client's TTFT is the generating call's first token; the call keeps its eight categories
+    # the client's TTFT is the generating call's first token; the call keeps its ten categories
     req = rag_run.requests
     assert (req["ttft_s"] < req["e2e_s"]).all()
     cats = [f"generate.{c}_s" for c in ("queue", "schedule", "prefill", "decode", "comm", "d2h", "detokenize",
-                                        "stream")]
+                                        "output", "ipc", "stream")]
     np.testing.assert_allclose(req[cats].sum(axis=1), req["generate.time_s"], rtol=1e-9)
     llm = rag_run.summary["llm"]["llm"]
     assert llm["calls"] == 2000 and llm["calls_completed"] == 2000

@@ -1,14 +1,16 @@
 """The one attribution of an LLM request's client-visible time to the activities on its critical path.
 
 A request's output row of step k covers the window from its previous row's GPU end ``ws`` to this
-step's GPU end ``g1``. The window is cut at the previous token's copy end (``pd1``), detokenization
-end (``pe``) and receipt (``pR``), each clipped to the step's start ``cs`` (work hidden behind the GPU
-or behind the next step's chain costs nothing), then at the step's own chain: the wait of its
-scheduling on the engine's process (``a0`` to ``s0``: the tasks that held the process, a shared GIL,
-named by what they were: detokenization and streaming are the last mile, anything else
-scheduling), its scheduling and launch (``s0`` to ``a1``), the wait for the GPU (queue), compute and
-communication. Whatever is left is queueing. Every path that folds rows (the token ledger, its
-closed-form runs, the walk over kept rows) calls these functions; nothing else cuts a window.
+step's GPU end ``g1``. The window is cut at the previous token's milestones (``Prev``): its copy end,
+its arrival at the process that detokenizes it, its detokenization's end, its outputs built, its
+arrival at the API server and its receipt, each clipped to the step's start ``cs`` (work hidden
+behind the GPU or behind the next step's chain costs nothing), then at the step's own chain: the
+wait of its scheduling on the engine's process (``a0`` to ``s0``: the tasks that held the process, a
+shared GIL, named by what they were: detokenization, output processing, inter-process messages and
+streaming are the last mile, anything else scheduling), its scheduling and launch (``s0`` to
+``a1``), the wait for the GPU (queue), compute and communication. Whatever is left is queueing.
+Every path that folds rows (the token ledger, its closed-form runs, the walk over kept rows) calls
+these functions; nothing else cuts a window.
 """
 
 from __future__ import annotations
@@ -18,22 +20,40 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..invariants import require
-from .records import CPU_ACTIVITY
+from .records import CPU_ACTIVITY, LLM_LAST_MILE
 
-STEP_TIMES = ("a0", "a1", "s0", "g0", "g1", "comm", "wdet", "wstr")
+WAIT_PARTS = ("detokenize", "output", "ipc", "stream")
+"""The last-mile activities a step's scheduling can wait behind on its process (the step table's
+``wdet``, ``wout``, ``wipc``, ``wstr`` seconds, in this order)."""
+
+WAIT_COLUMNS = ("wdet", "wout", "wipc", "wstr")
+
+STEP_TIMES = ("a0", "a1", "s0", "g0", "g1", "comm") + WAIT_COLUMNS
 """The step table's columns a window's cuts read: scheduling submitted (a0) and done (a1), its own
-start on the process (s0), GPU start and end, communication, and the detokenization and streaming
-seconds the scheduling waited behind (wdet, wstr, within a0..s0)."""
+start on the process (s0), GPU start and end, communication, and the seconds of each of
+``WAIT_PARTS`` the scheduling waited behind (within a0..s0)."""
+
+PREV = ("d1", "i", "o", "e", "x", "R")
+"""A token's milestones after its step's GPU end, in the order they happen: its sampled id copied to
+the host (d1), at the process that detokenizes it (i: after the message carrying it, where one
+crosses), detokenized (o), its output built (e), the output at its API server (x: after the message
+carrying it, where one crosses), received by the client (R). A row records i, o, e, x, R; d1 is its
+step's."""
+
+ROW_MARKS = PREV[1:]
+"""The milestones an output row records (its step records the copy's end)."""
 
 
 @dataclass
 class Cuts:
-    """A window's cut points (arrays, or scalars): ws <= b1 <= b2 <= cs <= sw <= c1 <= c2 <= bc <= g1,
-    and the shares of the scheduling's wait [cs, sw] that were detokenization and streaming (None
-    where no step's scheduling waited behind either: the wait, if any, is all scheduling)."""
+    """A window's cut points (arrays, or scalars): ws <= b1 <= bi <= bo <= b2 <= cs <= sw <= c1 <= c2
+    <= bc <= g1, and the shares of the scheduling's wait [cs, sw] that were each of ``WAIT_PARTS``
+    (None where no step's scheduling waited behind any: the wait, if any, is all scheduling)."""
 
     ws: np.ndarray | None = None
     b1: np.ndarray | None = None
+    bi: np.ndarray | None = None
+    bo: np.ndarray | None = None
     b2: np.ndarray | None = None
     cs: np.ndarray | None = None
     sw: np.ndarray | None = None
@@ -41,75 +61,99 @@ class Cuts:
     c2: np.ndarray | None = None
     bc: np.ndarray | None = None
     g1: np.ndarray | None = None
-    fdet: np.ndarray | None = None
-    fstr: np.ndarray | None = None
+    shares: tuple | None = None
 
-    def take(self, index, fields=("ws", "b1", "b2", "cs", "sw", "fdet", "fstr")) -> "Cuts":
+    def take(self, index, fields=("ws", "b1", "bi", "bo", "b2", "cs", "sw", "shares")) -> "Cuts":
         """The cuts ``fields`` of the windows at ``index`` (an index array into these): by default
         what :func:`receipt`, :func:`receipt_parts` and :func:`after_parts` read."""
-        return Cuts(**{f: None if getattr(self, f) is None else getattr(self, f)[index] for f in fields})
+        out = {}
+        for f in fields:
+            v = getattr(self, f)
+            out[f] = None if v is None else tuple(s[index] for s in v) if f == "shares" else v[index]
+        return Cuts(**out)
 
 
-def cut(ws, pd1, pe, a0, a1, s0, g0, g1, comm, wdet, wstr) -> Cuts:
-    """The cut points of windows [ws, g1] after a previous token copied at ``pd1`` and detokenized
-    at ``pe``, for steps with the times of ``STEP_TIMES``."""
+def _clip(value, low, high):
+    return np.minimum(np.maximum(value, low), high)
+
+
+def cut(ws, pd1, pi, po, pe, a0, a1, s0, g0, g1, comm, wdet, wout, wipc, wstr) -> Cuts:
+    """The cut points of windows [ws, g1] after a previous token copied at ``pd1``, at its
+    detokenizing process at ``pi``, detokenized at ``po`` and its output built at ``pe``, for steps
+    with the times of ``STEP_TIMES``."""
     cs = np.maximum(a0, ws)
-    b1 = np.minimum(np.maximum(pd1, ws), cs)
-    b2 = np.minimum(np.maximum(pe, b1), cs)
-    c1 = np.minimum(np.maximum(a1, cs), g1)
-    sw = np.minimum(np.maximum(s0, cs), c1)
-    c2 = np.minimum(np.maximum(g0, c1), g1)
+    b1 = _clip(pd1, ws, cs)
+    bi = _clip(pi, b1, cs)
+    bo = _clip(po, bi, cs)
+    b2 = _clip(pe, bo, cs)
+    c1 = _clip(a1, cs, g1)
+    sw = _clip(s0, cs, c1)
+    c2 = _clip(g0, c1, g1)
     bc = np.maximum(c2, g1 - comm)
-    if not (np.any(wdet) or np.any(wstr)):
-        return Cuts(ws, b1, b2, cs, sw, c1, c2, bc, g1)
+    waits = (wdet, wout, wipc, wstr)
+    if not any(np.any(w) for w in waits):
+        return Cuts(ws, b1, bi, bo, b2, cs, sw, c1, c2, bc, g1)
     wait = s0 - a0
     safe = np.where(wait > 0, wait, 1.0)
-    fdet = np.where(wait > 0, wdet / safe, 0.0)
-    fstr = np.where(wait > 0, wstr / safe, 0.0)
-    return Cuts(ws, b1, b2, cs, sw, c1, c2, bc, g1, fdet, fstr)
+    shares = tuple(np.where(wait > 0, w / safe, 0.0) for w in waits)
+    return Cuts(ws, b1, bi, bo, b2, cs, sw, c1, c2, bc, g1, shares)
 
 
-def receipt(pR, c: Cuts):
-    """The previous token's receipt clipped into the window: b2 <= b3 <= cs."""
-    return np.minimum(np.maximum(pR, c.b2), c.cs)
+def receipt(px, pR, c: Cuts) -> tuple:
+    """The previous token's arrival at its API server and its receipt, clipped into the window:
+    b2 <= bx <= b3 <= cs."""
+    bx = _clip(px, c.b2, c.cs)
+    return bx, _clip(pR, bx, c.cs)
 
 
 def step_parts(c: Cuts) -> dict:
-    """Each category's length in the window that does not depend on the previous receipt (the
-    scheduling's wait split by what held the process); ``compute`` is prefill or decode, by row."""
-    parts = {"d2h": c.b1 - c.ws, "detokenize": c.b2 - c.b1, "stream": np.zeros_like(c.b1),
-             "schedule": c.c1 - c.cs, "queue": c.c2 - c.c1, "compute": c.bc - c.c2, "comm": c.g1 - c.bc}
-    if c.fdet is not None:  # the wait behind detokenization and streaming on the process
+    """Each category's length in the window that does not depend on the previous token's path past
+    its outputs (the scheduling's wait split by what held the process); ``compute`` is prefill or
+    decode, by row."""
+    parts = {"d2h": c.b1 - c.ws, "ipc": c.bi - c.b1, "detokenize": c.bo - c.bi, "output": c.b2 - c.bo,
+             "stream": np.zeros_like(c.b1), "schedule": c.c1 - c.cs, "queue": c.c2 - c.c1,
+             "compute": c.bc - c.c2, "comm": c.g1 - c.bc}
+    if c.shares is not None:  # the wait behind the last mile's work on the process
         wait = np.maximum(c.sw - c.cs, 0.0)
-        parts["detokenize"] = parts["detokenize"] + wait * c.fdet
-        parts["stream"] = wait * c.fstr
-        parts["schedule"] = wait * (1.0 - c.fdet - c.fstr) + (c.c1 - c.sw)
+        for name, share in zip(WAIT_PARTS, c.shares):
+            parts[name] = parts[name] + wait * share
+        parts["schedule"] = wait * (1.0 - sum(c.shares)) + (c.c1 - c.sw)
     for v in parts.values():
         np.maximum(v, 0.0, out=v)
     return parts
 
 
-def receipt_parts(b3, c: Cuts) -> tuple:
-    """The window's parts that the previous receipt sets: streaming [b2, b3], queueing [b3, cs]."""
-    return np.maximum(b3 - c.b2, 0.0), np.maximum(c.cs - b3, 0.0)
+def receipt_parts(bx, b3, c: Cuts) -> tuple:
+    """The window's parts that the previous token's path past its outputs sets: the message to its
+    API server [b2, bx], streaming [bx, b3], queueing [b3, cs]."""
+    return np.maximum(bx - c.b2, 0.0), np.maximum(b3 - bx, 0.0), np.maximum(c.cs - b3, 0.0)
 
 
-def after_parts(c: Cuts, b3, lower) -> tuple:
-    """The last mile's parts (d2h, detokenize, stream) that lie after ``lower`` (the request's first
-    receipt): the last mile of the inter-token time."""
-    parts = (np.maximum(c.b1 - np.maximum(c.ws, lower), 0.0), np.maximum(c.b2 - np.maximum(c.b1, lower), 0.0),
-             np.maximum(b3 - np.maximum(c.b2, lower), 0.0))
-    if c.fdet is None:
-        return parts
-    wait = np.maximum(c.sw - np.maximum(c.cs, lower), 0.0)
-    return parts[0], parts[1] + wait * c.fdet, parts[2] + wait * c.fstr
+def after_parts(c: Cuts, bx, b3, lower) -> tuple:
+    """The last mile's parts (``LLM_LAST_MILE``, in its order) that lie after ``lower`` (the
+    request's first receipt): the last mile of the inter-token time."""
+    def after(begin, end):
+        return np.maximum(end - np.maximum(begin, lower), 0.0)
+
+    parts = {"d2h": after(c.ws, c.b1), "detokenize": after(c.bi, c.bo), "output": after(c.bo, c.b2),
+             "ipc": after(c.b1, c.bi) + after(c.b2, bx), "stream": after(bx, b3)}
+    if c.shares is not None:
+        wait = np.maximum(c.sw - np.maximum(c.cs, lower), 0.0)
+        for name, share in zip(WAIT_PARTS, c.shares):
+            parts[name] = parts[name] + wait * share
+    return tuple(parts[name] for name in LLM_LAST_MILE)
 
 
-def tail_parts(g1, d1, e, R, lower) -> list:
+def tail_parts(g1, d1, i, o, e, x, R, lower) -> list:
     """A request's last token's whole last mile, (length, length after ``lower``) for each of
-    d2h, detokenize and stream: copy, detokenization, streaming to its receipt."""
-    return [(np.maximum(end - begin, 0.0), np.maximum(end - np.maximum(begin, lower), 0.0))
-            for begin, end in ((g1, d1), (d1, e), (e, R))]
+    ``LLM_LAST_MILE`` in its order: copy, messages, detokenization, output, streaming to its receipt."""
+    def seg(begin, end):
+        return np.maximum(end - begin, 0.0), np.maximum(end - np.maximum(begin, lower), 0.0)
+
+    ipc_in, ipc_out = seg(d1, i), seg(e, x)
+    parts = {"d2h": seg(g1, d1), "detokenize": seg(i, o), "output": seg(o, e),
+             "ipc": (ipc_in[0] + ipc_out[0], ipc_in[1] + ipc_out[1]), "stream": seg(x, R)}
+    return [parts[name] for name in LLM_LAST_MILE]
 
 
 def check_ordered(a0, s0, a1, g0, g1, d1) -> None:
@@ -118,17 +162,16 @@ def check_ordered(a0, s0, a1, g0, g1, d1) -> None:
     require("STEP_ORDERED", bool(ok), lambda: f"a0 {a0}, s0 {s0}, a1 {a1}, g0 {g0}, g1 {g1}, d1 {d1}")
 
 
-def wait_activity(proc, a0: float, s0: float) -> tuple[float, float]:
-    """Seconds of detokenization and of streaming that ``proc`` ran between ``a0`` and ``s0``: what a
-    step's scheduling, submitted at ``a0`` and started at ``s0``, waited behind on its process."""
-    det = stream = 0.0
+def wait_activity(proc, a0: float, s0: float) -> tuple:
+    """Seconds of each of ``WAIT_PARTS`` that ``proc`` ran between ``a0`` and ``s0``: what a step's
+    scheduling, submitted at ``a0`` and started at ``s0``, waited behind on its process."""
+    seconds = dict.fromkeys(WAIT_PARTS, 0.0)
     if s0 > a0:
-        for label, seconds in proc.ran_between(a0, s0).items():
+        for label, length in proc.ran_between(a0, s0).items():
             activity = CPU_ACTIVITY.get(label)
-            if activity == "detokenize":
-                det += seconds
-            elif activity == "stream":
-                stream += seconds
+            if activity is not None:
+                seconds[activity] += length
         # invariant WAIT_WITHIN: what a wait is split into lies within the wait (cut's shares sum to <= 1)
-        assert det + stream <= (s0 - a0) * (1 + 1e-9) + 1e-15, (det, stream, s0 - a0)
-    return det, stream
+        total = sum(seconds.values())
+        assert total <= (s0 - a0) * (1 + 1e-9) + 1e-15, (seconds, s0 - a0)
+    return tuple(seconds[name] for name in WAIT_PARTS)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .records import CPU_ACTIVITY
+
 if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
     import pandas as pd
 
@@ -27,7 +29,7 @@ TIMELINE_SLICES = 6
 COLORS = {"prefill": "#6baed6", "decode": "#08519c", "compute": "#3182bd", "denoise": "#3182bd",
           "text_encode": "#c6dbef", "vae": "#756bb1", "comm": "#41ab5d", "link": "#a1d99b",
           "d2h": "#fdd0a2", "schedule": "#bdbdbd", "tokenize": "#969696", "detokenize": "#fd8d3c",
-          "stream": "#a63603", "cpu": "#e6550d"}
+          "output": "#f16913", "ipc": "#d94801", "stream": "#a63603", "cpu": "#e6550d"}
 """Span category -> colour (the report's palette: compute in blues, communication in greens, the
 last mile in oranges); other categories take the next colour of ``EXTRA``."""
 EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -243,8 +245,7 @@ def _timeline_spans(result):
 
 
 SPAN_ACTIVITY = {"schedule+launch": "schedule", "tokenize": "tokenize", "receive request": "schedule",
-                 "detokenize": "detokenize", "stream": "stream", "send outputs": "stream",
-                 "receive outputs": "stream", "detokenizer receive": "stream", "d2h": "d2h"}
+                 **CPU_ACTIVITY, "d2h": "d2h"}
 """A CPU or link span's name -> the activity its colour shows (the breakdown's, as
 ``observe.records.CPU_ACTIVITY`` names them): the last mile apart from scheduling and tokenization."""
 

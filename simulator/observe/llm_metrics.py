@@ -3,7 +3,7 @@
 Every completed request's E2E is partitioned into ``CATEGORIES``. The partition walks the
 request's GPU steps: the interval between two consecutive step ends is covered by the new
 step's own chain (schedule, wait, GPU compute and communication) and, before that chain
-starts, by what remained of the previous token's last mile (D2H, detokenize, stream).
+starts, by what remained of the previous token's last mile (D2H, messages, detokenize, output, stream).
 Work that overlaps the request's own GPU compute is hidden and not counted; whatever is
 not covered is queueing. The final token's last mile closes the request.
 """
@@ -125,38 +125,37 @@ def _breakdown_rows(acc, table, steps, rows, idx, skip_first: bool, following: i
     """
     req = rows["req"][idx].astype(np.int64)
     step = rows["step"][idx]
-    e, R = rows["e"][idx], rows["R"][idx]
     g1 = steps["g1"][step]
-    d1 = np.where(rows["kind"][idx] == PREFILL_ONLY, g1, steps["d1"][step])
+    marks = {m: rows[m][idx] for m in attribution.ROW_MARKS}
+    marks["d1"] = np.where(rows["kind"][idx] == PREFILL_ONLY, g1, steps["d1"][step])
     first = np.r_[True, req[1:] != req[:-1]]
     last = np.r_[req[1:] != req[:-1], req[-1] != following]
     prev = np.maximum(np.arange(len(req)) - 1, 0)
     ws = np.where(first, table.tok_end[req], g1[prev])
-    pd1 = np.where(first, ws, d1[prev])
-    pe = np.where(first, ws, e[prev])
-    pR = np.where(first, ws, R[prev])
+    before = {m: np.where(first, ws, v[prev]) for m, v in marks.items()}
     del prev, first
     prefill = rows["prefill"][idx].astype(bool)
     if skip_first:
         s = slice(1, None)
-        req, step, e, R, g1, d1, last, prefill = req[s], step[s], e[s], R[s], g1[s], d1[s], last[s], prefill[s]
-        ws, pd1, pe, pR = ws[s], pd1[s], pe[s], pR[s]
-    c = attribution.cut(ws, pd1, pe, *(steps[k][step] for k in ("a0", "a1", "s0", "g0")), g1,
-                        *(steps[k][step] for k in ("comm", "wdet", "wstr")))
-    b3 = attribution.receipt(pR, c)
+        req, step, g1, last, prefill, ws = req[s], step[s], g1[s], last[s], prefill[s], ws[s]
+        marks = {m: v[s] for m, v in marks.items()}
+        before = {m: v[s] for m, v in before.items()}
+    c = attribution.cut(ws, *(before[m] for m in ("d1", "i", "o", "e")),
+                        *(steps[k][step] for k in ("a0", "a1", "s0", "g0")), g1,
+                        *(steps[k][step] for k in ("comm",) + attribution.WAIT_COLUMNS))
+    bx, b3 = attribution.receipt(before["x"], before["R"], c)
     parts = attribution.step_parts(c)
-    stream, queue = attribution.receipt_parts(b3, c)
-    parts["stream"] = parts["stream"] + stream
-    parts["queue"] = parts["queue"] + queue
+    ipc, stream, queue = attribution.receipt_parts(bx, b3, c)
+    parts["ipc"], parts["stream"], parts["queue"] = parts["ipc"] + ipc, parts["stream"] + stream, parts["queue"] + queue
     compute = parts.pop("compute")
     parts["prefill"], parts["decode"] = compute * prefill, compute * ~prefill
     for cat, length in parts.items():
         acc.add_lengths(cat, req, length)
     lower = acc.lower[req]
-    for cat, length in zip(LAST_MILE, attribution.after_parts(c, b3, lower)):
+    for cat, length in zip(LAST_MILE, attribution.after_parts(c, bx, b3, lower)):
         acc.after[cat] += float(length.sum())
-    for cat, (length, after) in zip(LAST_MILE, attribution.tail_parts(g1[last], d1[last], e[last], R[last],
-                                                                      lower[last])):
+    tail = attribution.tail_parts(g1[last], *(marks[m][last] for m in attribution.PREV), lower[last])
+    for cat, (length, after) in zip(LAST_MILE, tail):
         acc.add_lengths(cat, req[last], length)
         acc.after[cat] += float(after.sum())
 
@@ -209,7 +208,7 @@ class ServingStats:
 
 ACTIVITY = {"tokenize": "api_server", "stream": "api_server", "receive outputs": "api_server",
             "schedule+launch": "schedule", "receive request": "schedule",
-            "detokenize": "output", "send outputs": "output", "detokenizer receive": "output"}
+            "detokenize": "output", "output": "output", "send outputs": "output", "detokenizer receive": "output"}
 """The activity each CPU task label belongs to, for the share of engine time: the API server's
 work (parse, tokenize, receive, stream), scheduling and input preparation (and launches), and
 output processing (detokenize, build and send the outputs), wherever each runs."""

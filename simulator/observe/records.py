@@ -11,8 +11,13 @@ from __future__ import annotations
 # back by the stream interval, or a token the client received in a chunk.
 PREFILL_ONLY, BUFFERED, SENT = 0, 1, 2
 
-LLM_CATEGORIES = ("queue", "schedule", "prefill", "kv_transfer", "decode", "comm", "d2h", "detokenize", "stream")
-LLM_LAST_MILE = ("d2h", "detokenize", "stream")
+LLM_CATEGORIES = ("queue", "schedule", "prefill", "kv_transfer", "decode", "comm", "d2h", "detokenize", "output",
+                  "ipc", "stream")
+# The last mile, by what ran: the sampled ids' copy to the host, detokenization, output processing
+# (the per-request output objects: vLLM's RequestOutput, SGLang's BatchStrOut entries), the messages
+# carrying ids or outputs between processes (serialize, send, receive, deserialize, and the wait to
+# be read), and streaming (the SSE chunk, its write and the network to the client).
+LLM_LAST_MILE = ("d2h", "detokenize", "output", "ipc", "stream")
 
 DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
 DIT_LAST_MILE = ("d2h", "encode", "deliver")
@@ -20,5 +25,5 @@ DIT_LAST_MILE = ("d2h", "encode", "deliver")
 # What each CPU task label of the LLM serving stack is, as an activity of the breakdown: a step's
 # scheduling that waits on its process (a shared GIL) behind these tasks waits on that activity.
 # Every other label (scheduling, launches, tokenization, receiving requests) is ``schedule``.
-CPU_ACTIVITY = {"detokenize": "detokenize", "stream": "stream", "send outputs": "stream",
-                "receive outputs": "stream", "detokenizer receive": "stream"}
+CPU_ACTIVITY = {"detokenize": "detokenize", "output": "output", "stream": "stream", "send outputs": "ipc",
+                "receive outputs": "ipc", "detokenizer receive": "ipc"}

@@ -32,8 +32,10 @@ from .records import LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT
 from .request_store import RequestStore
 from .sketch import QuantileSketch
 
-ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "e": "f8", "R": "f8", "tokens": "i4"}
-"""One output row per (request, step): who, when it was made (``e``) and received (``R``)."""
+ROW_COLUMNS = {"req": "i4", "step": "i4", "prefill": "i1", "kind": "i1", "i": "f8", "o": "f8", "e": "f8", "x": "f8",
+               "R": "f8", "tokens": "i4"}
+"""One output row per (request, step): who, its token's milestones after the copy (``attribution.PREV``:
+at the detokenizing process, detokenized, its output made, at the API server, received)."""
 
 EXACT_GAPS = 1 << 22
 """Inter-token gaps kept exactly (48 MB with their request ids, about 18,000 requests of 230
@@ -59,6 +61,8 @@ RESULT_COLUMNS = {"api": "i4", "replica": "i4", "tok_start": "f8", "tok_end": "f
 """What the store keeps of each request: its timestamps and places, its category totals (``cat_``), its
 last-mile time after its first token folded (``after_``) and added at its end (``after_end_``)."""
 
+ROW_MARKS = attribution.ROW_MARKS
+
 FOLD_ROWS = 1 << 16
 """Rows held before they are folded: numpy's per-call cost is paid per fold, not per step, and
 the buffer (about 2 MB) is what the per-token record costs in memory."""
@@ -73,8 +77,9 @@ class TokenLedger:
         self.table, self.steps = table, steps
         self.full = {c: w.column("f8") for c in LLM_CATEGORIES}
         self.after = {c: w.column("f8") for c in LLM_LAST_MILE}
-        # the previous row's g1, d1, e, R
-        self.prev_g1, self.prev_d1, self.prev_e, self.prev_R = (w.column("f8", np.nan) for _ in range(4))
+        # the previous row's g1 and its milestones (``attribution.PREV``)
+        self.prev_g1 = w.column("f8", np.nan)
+        self.prev = {m: w.column("f8", np.nan) for m in attribution.PREV}
         self.seen = w.column(bool)
         self.prev_sent = w.column("f8", np.nan)     # R of the previous row the client received
         self.zeros = w.column(np.int64)             # tokens that arrived in a chunk after its first
@@ -137,28 +142,31 @@ class TokenLedger:
         # each request's first row of the run (after its previous row, wherever that was) and the
         # prefill chunks, folded as any rows: request by request, in step order
         req, step, prefill = slot_req, first, first_prefill
-        kind, e, r = np.full(len(starts), SENT, dtype=np.int8), times["e"][first], R[starts]
+        kind = np.full(len(starts), SENT, dtype=np.int8)
+        marks = {m: times[m][first] for m in ROW_MARKS[:-1]}
+        marks["R"] = R[starts]
         if prefill_rows:
             ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
             g1p = times["g1"][ps]
             req, step = np.concatenate([req, pr]), np.concatenate([step, ps])
             prefill = np.concatenate([prefill, np.ones(len(pr), dtype=bool)])
             kind = np.concatenate([kind, np.full(len(pr), PREFILL_ONLY, dtype=np.int8)])
-            e, r = np.concatenate([e, g1p]), np.concatenate([r, g1p])
             o = np.lexsort((step, req))
-            req, step, prefill, kind, e, r = req[o], step[o], prefill[o], kind[o], e[o], r[o]
+            req, step, prefill, kind = req[o], step[o], prefill[o], kind[o]
+            marks = {m: np.concatenate([v, g1p])[o] for m, v in marks.items()}
         if len(req):
-            self._fold(req, first_step + step, prefill, kind, e, r, (kind == SENT).astype(np.int64))
+            self._fold(req, first_step + step, prefill, kind, marks, (kind == SENT).astype(np.int64))
         n_rows = len(R)
         more = counts > 1
         if not more.any():
             self._retire_now()
             return
         t = self.table
-        g1, d1, e = times["g1"], times["d1"], times["e"]
+        g1, d1 = times["g1"], times["d1"]
         # each step after the run's first, following a row of the step before it: the one attribution's
         # cuts (``observe.attribution``), the same for every request in the step but for its receipt
-        c = attribution.cut(g1[:-1], d1[:-1], e[:-1], *(times[k][1:] for k in attribution.STEP_TIMES))
+        c = attribution.cut(g1[:-1], d1[:-1], *(times[m][:-1] for m in ("i", "o", "e")),
+                            *(times[k][1:] for k in attribution.STEP_TIMES))
         per_step = attribution.step_parts(c)
         compute = per_step.pop("compute")
         per_step["decode"] = compute  # a run's later rows are decodes
@@ -169,18 +177,18 @@ class TokenLedger:
         r_prev[1:] = R[:-1]
         r_prev[0] = R[0]
         ci = c.take(i)
-        b3 = attribution.receipt(r_prev, ci)
+        bx, b3 = attribution.receipt(times["x"][i], r_prev, ci)
         lower = np.repeat(_unset_as_inf(t.first_R[slot_req]), counts)
-        per_row = np.empty((5, n_rows))
-        per_row[0], per_row[1] = attribution.receipt_parts(b3, ci)  # stream, queue before the step
-        per_row[2], per_row[3], per_row[4] = attribution.after_parts(ci, b3, lower)
+        per_row = np.empty((3 + len(LLM_LAST_MILE), n_rows))
+        per_row[0], per_row[1], per_row[2] = attribution.receipt_parts(bx, b3, ci)  # ipc, stream, queue
+        per_row[3:] = attribution.after_parts(ci, bx, b3, lower)
         per_row[:, starts] = 0.0
         sums = np.add.reduceat(per_row, starts, axis=1)[:, more]
         groups = np.flatnonzero(more)
         reqs = slot_req[groups]
-        self.full["stream"][reqs] += sums[0]
-        self.full["queue"][reqs] += sums[1]
-        for cat, total in zip(LLM_LAST_MILE, sums[2:]):
+        for cat, total in zip(("ipc", "stream", "queue"), sums[:3]):
+            self.full[cat][reqs] += total
+        for cat, total in zip(LLM_LAST_MILE, sums[3:]):
             self.after[cat][reqs] += total
         lo, hi = first[groups], last[groups]  # the steps lo+1..hi: running sums hi - lo
         for cat, length in per_step.items():
@@ -188,8 +196,10 @@ class TokenLedger:
             self.full[cat][reqs] += run_sum[hi] - run_sum[lo]
         # each request's last row becomes its previous row; its gaps at the client
         end_rows = starts[groups] + counts[groups] - 1
-        self.prev_g1[reqs], self.prev_d1[reqs], self.prev_e[reqs] = g1[hi], d1[hi], e[hi]
-        self.prev_R[reqs] = self.prev_sent[reqs] = R[end_rows]
+        self.prev_g1[reqs] = g1[hi]
+        for m in attribution.PREV[:-1]:
+            self.prev[m][reqs] = times[m][hi]
+        self.prev["R"][reqs] = self.prev_sent[reqs] = R[end_rows]
         self.last_step[reqs] = first_step + hi
         later = np.ones(n_rows, dtype=bool)
         later[starts] = False
@@ -202,13 +212,14 @@ class TokenLedger:
         """A run's rows as :meth:`extend` takes them (a ledger that keeps every row)."""
         if prefill_rows:
             ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
-            self.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY, e=times["g1"][ps],
-                        R=times["g1"][ps], tokens=0)
+            g1p = times["g1"][ps]
+            self.extend(len(pr), req=pr, step=first_step + ps, prefill=1, kind=PREFILL_ONLY,
+                        **dict.fromkeys(ROW_MARKS, g1p), tokens=0)
         counts = last - first + 1
         prefill = np.zeros(len(R), dtype=np.int8)
         prefill[(np.cumsum(counts) - counts)[first_prefill]] = 1  # a prefill's first token: its request's first row
         self.extend(len(R), req=row_req, step=first_step + row_step, prefill=prefill, kind=SENT,
-                    e=times["e"][row_step], R=R, tokens=1)
+                    **{m: times[m][row_step] for m in ROW_MARKS[:-1]}, R=R, tokens=1)
 
     def _retire_now(self) -> None:
         """Retire the done requests once as many rows as a buffer's fold were folded since the last
@@ -242,7 +253,7 @@ class TokenLedger:
             if hi > lo:
                 o = order[lo:hi]
                 self._fold(req[lo:hi], b["step"][o].astype(np.int64), b["prefill"][o].astype(bool), b["kind"][o],
-                           b["e"][o], b["R"][o], b["tokens"][o])
+                           {m: b[m][o] for m in ROW_MARKS}, b["tokens"][o])
         b.size = 0
         self._first_step = None
         if self.gaps.size > (EXACT_GAPS if self.sketch is None else SKETCH_GAPS):
@@ -327,8 +338,8 @@ class TokenLedger:
             tok_start, tok_end = t.tok_start[s][ids], t.tok_end[s][ids]
             add("queue", t.arrival.values[s][ids], tok_start)
             add("schedule", tok_start, tok_end)
-            g1, d1, e, R = self.prev_g1[s][ids], self.prev_d1[s][ids], self.prev_e[s][ids], self.prev_R[s][ids]
-            for c, (length, after) in zip(LLM_LAST_MILE, attribution.tail_parts(g1, d1, e, R, lower)):
+            marks = (self.prev[m][s][ids] for m in attribution.PREV)
+            for c, (length, after) in zip(LLM_LAST_MILE, attribution.tail_parts(self.prev_g1[s][ids], *marks, lower)):
                 cat[c][ids] += length
                 end[c][ids] = after
             out.update({f"cat_{c}": v for c, v in cat.items()})
@@ -339,12 +350,13 @@ class TokenLedger:
         self.retired = hi
         w.release(hi)
 
-    def _fold(self, req, step, prefill, kind, e, R, tokens) -> None:
-        """Add rows (sorted by request, each request's in order) to their requests' totals: every
-        request's per-row values are summed by one ``reduceat`` over the requests' groups."""
+    def _fold(self, req, step, prefill, kind, marks: dict, tokens) -> None:
+        """Add rows (sorted by request, each request's in order; ``marks``: their milestones, the
+        ``ROW_MARKS``) to their requests' totals: every request's per-row values are summed by one
+        ``reduceat`` over the requests' groups."""
         t = self.table
-        a0, a1, s0, g0, g1, comm, d1, wdet, wstr = self.steps.gather(step, ("a0", "a1", "s0", "g0", "g1", "comm", "d1",
-                                                                          "wdet", "wstr"))
+        a0, a1, s0, g0, g1, comm, d1, *waits = self.steps.gather(
+            step, ("a0", "a1", "s0", "g0", "g1", "comm", "d1") + attribution.WAIT_COLUMNS)
         only = kind == PREFILL_ONLY
         if only.any():  # a prefill-only row is made when its GPU work ends
             d1[only] = g1[only]
@@ -367,37 +379,39 @@ class TokenLedger:
             out[starts] = before
             return out
 
-        # the row's window [ws, g1], cut by the one attribution (``observe.attribution``)
+        # the row's window [ws, g1], cut by the one attribution (``observe.attribution``) at the
+        # previous row's milestones
         ws = after_previous(g1, start)
-        pd1 = after_previous(d1, np.where(seen, self.prev_d1[rf], start))
-        pe = after_previous(e, np.where(seen, self.prev_e[rf], start))
-        pR = after_previous(R, np.where(seen, self.prev_R[rf], start))
+        now = dict(marks, d1=d1)
+        prev = {m: after_previous(now[m], np.where(seen, self.prev[m][rf], start)) for m in attribution.PREV}
         lower = np.repeat(_unset_as_inf(t.first_R[rf]), np.diff(np.append(starts, n)))
-        c = attribution.cut(ws, pd1, pe, a0, a1, s0, g0, g1, comm, wdet, wstr)
-        b3 = attribution.receipt(pR, c)
+        c = attribution.cut(ws, prev["d1"], prev["i"], prev["o"], prev["e"], a0, a1, s0, g0, g1, comm, *waits)
+        bx, b3 = attribution.receipt(prev["x"], prev["R"], c)
         parts = attribution.step_parts(c)
-        stream, queue = attribution.receipt_parts(b3, c)
-        compute = parts["compute"]
-        # per row: the eight categories' lengths, then the last mile's parts after the first token
-        rows = np.empty((11, n))
-        rows[0], rows[1], rows[2] = parts["d2h"], parts["detokenize"], parts["stream"] + stream
-        rows[3], rows[4] = parts["queue"] + queue, parts["schedule"]
-        np.multiply(compute, prefill, out=rows[5])
-        np.multiply(compute, ~prefill, out=rows[6])
-        rows[7] = parts["comm"]
-        rows[8], rows[9], rows[10] = attribution.after_parts(c, b3, lower)
+        ipc, stream, queue = attribution.receipt_parts(bx, b3, c)
+        parts["ipc"], parts["stream"], parts["queue"] = parts["ipc"] + ipc, parts["stream"] + stream, parts["queue"] + queue
+        compute = parts.pop("compute")
+        parts["prefill"], parts["decode"] = compute * prefill, compute * ~prefill
+        # per row: the categories' lengths, then the last mile's parts after the first token
+        names = list(parts)
+        rows = np.empty((len(names) + len(LLM_LAST_MILE), n))
+        for r, name in enumerate(names):
+            rows[r] = parts[name]
+        rows[len(names):] = attribution.after_parts(c, bx, b3, lower)
         sums = np.add.reduceat(rows, starts, axis=1)
-        for cat, total in zip(("d2h", "detokenize", "stream", "queue", "schedule", "prefill", "decode", "comm"), sums):
+        for cat, total in zip(names, sums):
             self.full[cat][rf] += total
-        for cat, total in zip(LLM_LAST_MILE, sums[8:]):
+        for cat, total in zip(LLM_LAST_MILE, sums[len(names):]):
             self.after[cat][rf] += total
         # each request's last row here becomes its previous row
         r_last = req[last]
-        self.prev_g1[r_last], self.prev_d1[r_last] = g1[last], d1[last]
-        self.prev_e[r_last], self.prev_R[r_last] = e[last], R[last]
+        self.prev_g1[r_last] = g1[last]
+        for m in attribution.PREV:
+            self.prev[m][r_last] = now[m][last]
         self.first_step[rf] = np.minimum(self.first_step[rf], step[starts])
         self.seen[r_last] = True
         self.last_step[r_last] = step[last]
+        R = marks["R"]
         # inter-token gaps of the rows the client received: to the previous such row of the request
         sent = kind == SENT
         if sent.all():  # the common case: the gaps are over the same groups

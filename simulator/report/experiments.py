@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import catalog
+from ..observe.records import LLM_LAST_MILE
 from ..project import scenarios_dir
 from ..sweep import sweep
 from ..units import parse
@@ -327,14 +328,14 @@ def rag_run_row(result, users: int) -> dict:
     """One RAG run's figures: TTFT and E2E of all requests and of the steady state (the requests a
     user sends after its first: the first wave of a closed loop arrives all at once), the part of
     the steady-state TTFT spent before the LLM call (retrieval on the critical path) and in it
-    (its queue and prefill), and the generate call's last mile (D2H, detokenize, stream, over the
+    (its queue and prefill), and the generate call's last mile (``LLM_LAST_MILE``, over the
     whole call) in ms and as a share of E2E, and the prompt tokens the engine's prefix cache saved."""
     q = result.requests
     done = q["e2e_s"].notna()
     steady = done & (q.index >= users)
     bd = result.breakdown
     pre = (bd["e2e_s"] - bd["generate"]).reindex(q.index)  # seconds before the call on the critical path
-    last_mile = q[["generate.d2h_s", "generate.detokenize_s", "generate.stream_s"]].sum(axis=1, min_count=1)
+    last_mile = q[[f"generate.{c}_s" for c in LLM_LAST_MILE]].sum(axis=1, min_count=1)
     s = q[steady]
     ms = 1e3
     return {

@@ -23,6 +23,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ..observe.records import DIT_LAST_MILE, LLM_LAST_MILE  # noqa: E402
+
 #: Category -> colour, in the one stacking order every figure uses (LLM and DiT categories merged).
 PALETTE = MappingProxyType({
     "queue": "#b3b3b3",
@@ -37,11 +39,13 @@ PALETTE = MappingProxyType({
     "vae": "#756bb1",
     "d2h": "#fdd0a2",
     "detokenize": "#fd8d3c",
+    "output": "#f16913",
+    "ipc": "#d94801",
     "encode": "#e6550d",
     "stream": "#a63603",
     "deliver": "#7f2704",
 })
-LAST_MILE = frozenset({"d2h", "detokenize", "stream", "encode", "deliver"})
+LAST_MILE = frozenset(LLM_LAST_MILE + DIT_LAST_MILE)
 OTHER = "#d9d9d9"
 #: Line colours for series that are not latency categories (strategies, placements, ...).
 SERIES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")

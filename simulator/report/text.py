@@ -98,7 +98,7 @@ def format_llm(result) -> str:
         bar = "#" * int(round(40 * (share[c] or 0.0)))
         lines.append(f"    {c:<11} {_pct(share[c], 6)}  {bar}{tag}")
     lines += [
-        f"  last mile (d2h+detokenize+stream): {_pct(s['last_mile_share'])} of E2E, "
+        f"  last mile ({'+'.join(LAST_MILE)}): {_pct(s['last_mile_share'])} of E2E, "
         f"{_pct(s['itl_last_mile_share'])} of the inter-token time",
         *_last_mile_cost(s.get("last_mile_cost")),
         "",

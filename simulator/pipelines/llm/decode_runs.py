@@ -33,11 +33,14 @@ import numpy as np
 
 from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
-from ...observe.attribution import check_ordered
+from ...observe.attribution import WAIT_COLUMNS, check_ordered
 from .run_records import record_spans, record_tokens
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
-from .settings import output_cost, schedule_cost
+from .settings import detokenize_cost, outputs_cost, schedule_cost
+
+COUNTS = 14
+"""The first integer column of a run's step table (batch, decodes, prefill tokens, KV blocks used, sampled ids)."""
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -148,11 +151,13 @@ class Run:
 
         def shape(batch: int, sampled: int) -> tuple:
             """A step's parts that depend on its size alone: scheduling and preparation, that plus the
-            launches, the sampled ids' bytes and copy time, the output work, a chunk stream's time."""
+            launches, the sampled ids' bytes and copy time, the detokenization and the output objects'
+            work, a chunk stream's time."""
             sched_c = schedule_cost(cpu, batch)
             nbytes = d2h_bytes(sampled)
             return (sched_c, sched_c + launch, nbytes, copy_seconds(nbytes, bw_min),
-                    output_cost(cpu, sampled, sampled) if sampled else 0.0, sampled * pc)
+                    detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
+                    sampled * pc)
 
         prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
         arr = arrival.values
@@ -172,7 +177,8 @@ class Run:
         tok_total = [0.0] * nserv
         # per step: a0, a1, g0, g1, d1, e, the first API server's stream start, the engine's start,
         # launch end, the copy's begin, the detokenization start, the scheduling and launch time, the
-        # output work; batch, decodes, prefill tokens, KV blocks used, sampled ids
+        # detokenization's and the output objects' work; batch, decodes, prefill tokens, KV blocks
+        # used, sampled ids
         rows = []
         spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
@@ -218,7 +224,7 @@ class Run:
                 fixed = shapes.get(nd)
                 if fixed is None:
                     fixed = shapes[nd] = shape(nd, nd)
-                sched_c, sl, nbytes, secs, work, dur = fixed
+                sched_c, sl, nbytes, secs, det, out, dur = fixed
                 compute = decode_time(ctx, nd)
             else:
                 left = budget - nd
@@ -257,7 +263,7 @@ class Run:
                     fixed = shape(nd, nd)
                 else:
                     break  # nothing runs: the engine waits
-                sched_c, sl, nbytes, secs, work, dur = fixed
+                sched_c, sl, nbytes, secs, det, out, dur = fixed
             batch = nd + nchunks
             start = a0 if a0 > free else free
             launched = start + sl
@@ -270,7 +276,7 @@ class Run:
             t_done = a0 + (d1 - a0)  # the step's done event
             if sampled:
                 s2 = d1 if d1 > launched else launched
-                e = s2 + work
+                e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
                 resume = t_done + (e - t_done) if e > t_done else t_done
             else:
                 e = resume = t_done
@@ -347,7 +353,7 @@ class Run:
                 st0 = 0.0
                 for j in range(1, nserv):
                     srv_start[j].append(0.0)
-            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e, sl, work,
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e, sl, det, out,
                          batch, nd, new_tokens, used, sampled))
             # -- the requests' state after the step --
             kv_free = free_kv
@@ -422,18 +428,21 @@ class Run:
         if k == 0:
             fe.give_back_routes(routes)
             return None
-        times = np.array(rows)  # k x 18, every column as floats (whole numbers exactly)
-        counts = times[:, 13:].astype(np.int64)
+        times = np.array(rows)  # k x 19, every column as floats (whole numbers exactly)
+        counts = times[:, COUNTS:].astype(np.int64)
         # -- the run's sums: what each step adds to the processes' and the ports' totals --
         e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (5, 6, 7, 8, 10))
         sampled_ = counts[:, 4]
         emits = sampled_ > 0
-        sl_, work_ = times[:, 11], times[:, 12]
+        sl_, det_, out_ = times[:, 11], times[:, 12], times[:, 13]
+        o_ = s2_ + det_  # detokenized (the engine's first output task's end)
         sched_total = float(sl_.sum())
-        work_total = float(work_[emits].sum())
-        p_busy += sched_total + work_total
-        p_tasks += k + int(emits.sum())
-        p_rbusy += float((launched_ - start_)[sl_ > 0].sum()) + float((e_ - s2_)[emits & (work_ > 0)].sum())
+        det_total, out_total = float(det_[emits].sum()), float(out_[emits].sum())
+        built = emits & (out_ > 0)  # an output task booked (one that costs nothing is not)
+        p_busy += sched_total + det_total + out_total
+        p_tasks += k + int(emits.sum()) + int(built.sum())
+        p_rbusy += (float((launched_ - start_)[sl_ > 0].sum()) + float((o_ - s2_)[emits & (det_ > 0)].sum())
+                    + float((e_ - o_)[built].sum()))
         nbytes_ = eng.links.d2h_bytes(sampled_[emits])
         secs_total = moved = 0.0
         if len(nbytes_):
@@ -448,7 +457,10 @@ class Run:
             srv[0] = [s0_free, s0_busy, s0_tasks, s0_rbusy]
             stream_total[0] = s0_stream
         # -- the run handed back to the components that own its state --
-        proc.settle_run(free, p_busy, p_tasks, p_rbusy, {"schedule+launch": sched_total, "detokenize": work_total})
+        labels = {"schedule+launch": sched_total, "detokenize": det_total}
+        if built.any():
+            labels["output"] = out_total
+        proc.settle_run(free, p_busy, p_tasks, p_rbusy, labels)
         eng.links.fabric.settle_run(ports, booked, secs_total, moved)
         for sv_, (f, busy, tasks, rbusy), streamed, tokenized in zip(servers, srv, stream_total, tok_total):
             labels = {"stream": streamed} if streamed else {}
@@ -459,10 +471,12 @@ class Run:
         fe.give_back_routes(routes)
         self.p_comp, self.partial = p_comp, P
         # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
-        # detokenization or streaming there (wdet, wstr: 0)
+        # the last mile's there (the wait columns: 0); its tokens cross no process (i: the copy's end,
+        # x: the outputs made)
         zeros = np.zeros(k)
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": times[:, 4], "e": times[:, 5], "wdet": zeros, "wstr": zeros}
+                      "comm": zeros, "d1": times[:, 4], "i": times[:, 4], "o": o_,
+                      "e": times[:, 5], "x": times[:, 5], **dict.fromkeys(WAIT_COLUMNS, zeros)}
         eng.settle_run(k, step_times, counts, gpu_free0)
         srv_start[0] = times[:, 6]
         if spans:

@@ -24,7 +24,7 @@ import simpy
 
 from ...hardware.cpu import CPUProcess, book
 from ...invariants import checking
-from ...observe.attribution import check_ordered, wait_activity
+from ...observe.attribution import ROW_MARKS, WAIT_COLUMNS, check_ordered, wait_activity
 from ...observe.columns import Columns
 from ...observe.llm_metrics import EngineStats
 from ...observe.paged import CHUNK, Arrivals, Window
@@ -35,7 +35,7 @@ from .overlap import OVERLAP_MODES
 from .placements import PLACEMENTS
 from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
-from .settings import TOKEN_ID_BYTES, EngineSettings, message_cost, output_cost, schedule_cost
+from .settings import TOKEN_ID_BYTES, EngineSettings, detokenize_cost, message_cost, outputs_cost, schedule_cost
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
@@ -246,7 +246,7 @@ class Engine:
         # after scheduling and the step cannot end before its last launch.
         start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
         a1 = start + sched
-        wdet, wstr = wait_activity(self.proc, a0, start)  # what held its process (a shared GIL) meanwhile
+        waits = dict(zip(WAIT_COLUMNS, wait_activity(self.proc, a0, start)))  # what held its process (a GIL) meanwhile
         completes, partial = [], []
         new_tokens = 0
         for rid, p, n in chunks:
@@ -277,8 +277,7 @@ class Engine:
         for rid, p, n in chunks:
             t.computed[rid] = p + n
         nan = float("nan")
-        index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, wdet=wdet, wstr=wstr,
-                                  batch=batch,
+        index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, **waits, batch=batch,
                                   decode=len(decode), prefill_tokens=new_tokens)
         used = self.sched.pool.used
         self.kv_peak = max(self.kv_peak, used)
@@ -368,7 +367,7 @@ class Engine:
         used = counts[:, 3]
         first_step = self.steps.size
         self.steps.extend(k, a0=times["a0"], a1=times["a1"], s0=times["s0"], g0=g0, g1=g1, comm=times["comm"],
-                          d1=times["d1"], wdet=times["wdet"], wstr=times["wstr"], batch=counts[:, 0],
+                          d1=times["d1"], **{w: times[w] for w in WAIT_COLUMNS}, batch=counts[:, 0],
                           decode=counts[:, 1], prefill_tokens=counts[:, 2])
         if self.kv_steps is not None:
             self.kv_steps.extend(k, step=np.arange(first_step, first_step + k), kv=used)
@@ -446,10 +445,12 @@ class Engine:
         """Tokens a step's outputs carry: one per emitting request, or as many as each emitted."""
         return len(emit) if step.emitted is None else int(step.emitted.sum())
 
-    def output_work(self, n_tokens: int, send) -> float:
-        """CPU seconds to detokenize ``n_tokens`` and build the outputs of the chunks that ``send``
-        marks (all when None)."""
-        return output_cost(self.cpu, n_tokens, n_tokens if send is None else int(send.sum()))
+    def output_work(self, proc: CPUProcess, at: float, n_tokens: int, send) -> tuple[float, float]:
+        """Detokenize ``n_tokens`` on ``proc`` from ``at``, then build the outputs of the chunks that
+        ``send`` marks (all when None); returns when each ends."""
+        _, detokenized = proc.submit(at, detokenize_cost(self.cpu, n_tokens), "detokenize")
+        chunks = n_tokens if send is None else int(send.sum())
+        return detokenized, book(proc, detokenized, outputs_cost(self.cpu, chunks), "output")
 
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
@@ -471,12 +472,12 @@ class Engine:
         emit, send, prefill_flag, done = self._process(step)
         if not step.done.processed:
             yield step.done
-        if len(step.only_prefill):
+        if len(step.only_prefill):  # a chunk that emits nothing: every milestone its GPU end
             self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
-                             kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
+                             kind=PREFILL_ONLY, **dict.fromkeys(ROW_MARKS, step.g1), tokens=0)
         if self.handoff is not None and len(step.completes):
             self.rows.extend(len(step.completes), req=step.completes, step=step.index, prefill=1,
-                             kind=PREFILL_ONLY, e=step.g1, R=step.g1, tokens=0)
+                             kind=PREFILL_ONLY, **dict.fromkeys(ROW_MARKS, step.g1), tokens=0)
             self.handoff.send(self, step.completes, step)
         if len(emit):
             yield from self.placement.hand_over(self, step, emit, send, prefill_flag, done,

@@ -115,12 +115,13 @@ class Frontend:
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 
-    def _deliver(self, step: int, emit, send, prefill_flag, done, e_tok, done_send) -> None:
+    def _deliver(self, step: int, emit, send, prefill_flag, done, marks: dict, done_send) -> None:
         """Record every emitted token's row; sent chunks reach the client over its link.
 
         ``send`` is a mask over ``emit`` or None when all are sent; ``prefill_flag`` marks first
         tokens after a prefill (None: all decode); ``done`` marks finished requests (None: none);
-        ``e_tok`` is each token's (or every token's) detokenization end.
+        ``marks`` holds each token's (or every token's) milestones ``i``, ``o``, ``e``, ``x``
+        (``observe.attribution.PREV``); ``done_send``: when each sent chunk was serialized.
         """
         t = self.table
         sent_ids = emit if send is None else emit[send]
@@ -130,9 +131,12 @@ class Frontend:
         received = self.receipt_time(done_send, ntok)
         if send is None:
             R, kind, tokens = received, SENT, ntok
-        else:
-            R = np.broadcast_to(e_tok, emit.shape).astype(float)
+        else:  # a token held back by the stream interval is "received" when its output is made
+            R = np.broadcast_to(marks["e"], emit.shape).astype(float)
             R[send] = received
+            x = np.broadcast_to(marks["x"], emit.shape).astype(float)
+            x[~send] = R[~send]
+            marks = dict(marks, x=x)
             kind = np.where(send, SENT, BUFFERED).astype(np.int8)
             tokens = np.zeros(len(emit), dtype=np.int64)
             tokens[send] = ntok
@@ -142,7 +146,7 @@ class Frontend:
         t.sent[sent_ids] = gen
         t.last_R[sent_ids] = received
         self.rows.extend(len(emit), req=emit, step=step, prefill=0 if prefill_flag is None else prefill_flag,
-                         kind=kind, e=e_tok, R=R, tokens=tokens)
+                         kind=kind, **marks, R=R, tokens=tokens)
         if done is not None:
             fin = done if send is None else done[send]
             for rid, receipt in zip(sent_ids[fin].tolist(), received[fin].tolist()):
@@ -182,17 +186,18 @@ class Frontend:
 
     def _serialize(self, sent_ids, now: float, per_chunk: float, lead: dict | None = None):
         """Serialize one chunk per request on its API server, after ``lead[j]`` — a list of
-        (label, seconds) tasks — there: receiving the outputs, detokenizing them.
+        (label, seconds, milestone) tasks — there: receiving the outputs, detokenizing them, building
+        them (a task that costs nothing is not booked; the detokenization always is).
 
-        Returns each chunk's end time and, per server, when its stream task started.
+        Returns each chunk's end time and, per server, the end of each lead task by the milestone
+        it sets (``observe.attribution.PREV``).
         """
-        starts = {}
+        marks = {}
         if not lead and len(self.servers) == 1:  # the common case: one server, nothing before the chunks
             if not len(sent_ids):
-                return np.empty(0), starts
+                return np.empty(0), marks
             s, _ = self.servers[0].submit(now, len(sent_ids) * per_chunk, "stream")
-            starts[0] = s
-            return s + per_chunk * np.arange(1, len(sent_ids) + 1), starts
+            return s + per_chunk * np.arange(1, len(sent_ids) + 1), marks
         lead = lead or {}
         if len(self.servers) == 1:
             groups = {0: None} if len(sent_ids) or lead else {}
@@ -206,46 +211,60 @@ class Frontend:
         for j in sorted(groups):
             server, index = self.servers[j], groups[j]
             n = len(sent_ids) if index is None else len(index)
-            for label, seconds in lead.get(j, ()):
-                server.submit(now, seconds, label)
+            ends = marks[j] = {}
+            for label, seconds, mark in lead.get(j, ()):
+                if seconds > 0 or label == "detokenize":
+                    ends[mark] = server.submit(now, seconds, label)[1]
             s, _ = server.submit(now, n * per_chunk, "stream")
-            starts[j] = s
-            ends = s + per_chunk * np.arange(1, n + 1)
+            chunk_ends = s + per_chunk * np.arange(1, n + 1)
             if index is None:
-                done = ends
+                done = chunk_ends
             else:
-                done[index] = ends
-        return done, starts
+                done[index] = chunk_ends
+        return done, marks
 
-    def stream(self, step: int, emit, send, prefill_flag, done, e: float) -> None:
-        """Detokenized tokens (ready at ``e``) reach the API servers now: each receives its part
-        of the step's outputs and serializes one SSE chunk per sending request."""
+    def _per_row(self, emit, marks: dict, name: str, default):
+        """Milestone ``name`` of each of ``emit``'s rows from its API server's lead tasks (``default``
+        where its server booked none that sets it)."""
+        if len(self.servers) == 1:
+            return marks.get(0, {}).get(name, default)
+        at = np.broadcast_to(np.asarray(default, dtype=float), emit.shape).copy()
+        api = self.table.api[emit]
+        for j, ends in marks.items():
+            if name in ends:
+                at[api == j] = ends[name]
+        return at
+
+    def stream(self, step: int, emit, send, prefill_flag, done, made: tuple) -> None:
+        """Outputs built in the engine or a detokenizer process (``made``: when their ids reached
+        it, were detokenized and their outputs built) reach the API servers now: each receives its
+        part of the step's outputs and serializes one SSE chunk per sending request."""
+        i, o, e = made
         sent_ids = emit if send is None else emit[send]
         receive = self._receive(self._counts(emit)) if self.cpu.has_ipc else {}
-        lead = {j: [("receive outputs", c)] for j, c in receive.items()}
-        serialized, _ = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
-        self._deliver(step, emit, send, prefill_flag, done, e, serialized)
+        lead = {j: [("receive outputs", c, "x")] for j, c in receive.items()}
+        serialized, marks = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
+        x = self._per_row(emit, marks, "x", e)
+        self._deliver(step, emit, send, prefill_flag, done, {"i": i, "o": o, "e": e, "x": x}, serialized)
 
     def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float, emitted=None) -> None:
-        """vLLM V1 layout: each API server receives its requests' sampled ids, detokenizes them,
-        builds their outputs and streams (``emitted``: tokens per request where one may emit
-        several, as with speculative decoding; None: one each)."""
-        t, c = self.table, self.cpu
-        per_chunk = c.output_per_request + c.stream_per_chunk
+        """vLLM V1 layout: each API server receives its requests' sampled ids, detokenizes them and
+        builds their outputs (OutputProcessor.process_outputs, before any stream runs), then streams
+        (``emitted``: tokens per request where one may emit several, as with speculative decoding;
+        None: one each)."""
+        c = self.cpu
         counts = self._counts(emit)
         receive = self._receive(counts)
         tokens = counts if emitted is None else self._token_counts(emit, emitted, counts)
+        sent_ids = emit if send is None else emit[send]
+        chunks = counts if send is None else self._counts(sent_ids)
         lead = {}
         for j in counts:
-            lead[j] = ([("receive outputs", receive[j])] if j in receive else []) + [
-                ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]))]
-        sent_ids = emit if send is None else emit[send]
-        serialized, starts = self._serialize(sent_ids, now, per_chunk, lead)
-        # detokenized when the server's stream task begins
-        if len(self.servers) == 1:
-            e_tok = np.full(len(emit), starts[0]) if lead else np.empty(len(emit))
-        else:
-            began = np.zeros(len(self.servers))
-            began[list(starts)] = list(starts.values())
-            e_tok = began[t.api[emit]]
-        self._deliver(step, emit, send, prefill_flag, done, e_tok, serialized)
+            lead[j] = ([("receive outputs", receive[j], "i")] if j in receive else []) + [
+                ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]), "o"),
+                ("output", c.output_per_request * chunks.get(j, 0), "e")]
+        serialized, marks = self._serialize(sent_ids, now, c.stream_per_chunk, lead)
+        o = self._per_row(emit, marks, "o", now)
+        e = self._per_row(emit, marks, "e", o)
+        made = {"i": self._per_row(emit, marks, "i", now), "o": o, "e": e, "x": e}
+        self._deliver(step, emit, send, prefill_flag, done, made, serialized)

@@ -29,14 +29,15 @@ class InEngine:
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         env = engine.env
-        _, end = engine.proc.submit(at, engine.output_work(engine.tokens_of(step, emit), send), "detokenize")
-        sent = engine.send_outputs(engine.proc, end, emit)
+        # the ids are in the engine's process once copied: detokenized, then their outputs built there
+        made = (step.d1, *engine.output_work(engine.proc, at, engine.tokens_of(step, emit), send))
+        sent = engine.send_outputs(engine.proc, made[-1], emit)
         if wait:  # the engine's loop goes on once the outputs are off its hands
             if sent > env.now:
                 yield env.timeout(sent - env.now)
-            engine.sink.stream(step.index, emit, send, prefill_flag, done, end)
+            engine.sink.stream(step.index, emit, send, prefill_flag, done, made)
         else:
-            engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, end))
+            engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made))
 
 
 class SeparateProcess:
@@ -53,10 +54,10 @@ class SeparateProcess:
     @staticmethod
     def _detokenize(engine, index: int, emit, send, prefill_flag, done, tokens: int) -> None:
         now, proc = engine.env.now, engine.detok_proc
-        book(proc, now, output_message_cost(engine.sv, len(emit)), "detokenizer receive")
-        _, e = proc.submit(now, engine.output_work(tokens, send), "detokenize")
-        sent = engine.send_outputs(proc, e, emit)
-        engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, e))
+        received = book(proc, now, output_message_cost(engine.sv, len(emit)), "detokenizer receive")
+        made = (received, *engine.output_work(proc, now, tokens, send))
+        sent = engine.send_outputs(proc, made[-1], emit)
+        engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, made))
 
 
 class InApiServers:

@@ -16,11 +16,13 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     rec = eng.proc.recorder
     ports, _ = eng.links.d2h_route
     servers, pc = fe.servers, fe.cpu.stream_per_chunk
-    g0, g1, d1, e, st0, start, launched, begin, s2, sl, work = (times[:, c] for c in range(2, 13))
+    g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out = (times[:, c] for c in range(2, 14))
     _, nd, new, _, sampled = counts.T
+    o = s2 + det
     has_sched = sl > 0
     has_d2h = sampled > 0
-    has_detok = has_d2h & (work > 0)
+    has_detok = has_d2h & (det > 0)
+    has_out = has_d2h & (out > 0)
     copies = has_d2h & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
     gpus, nports = len(eng.gpu_tracks), len(ports)
     tok_before = np.zeros(k, dtype=np.int64)
@@ -37,20 +39,22 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
         if stream_spans:
             sk, sj, sst, sen = (np.array(c) for c in zip(*stream_spans))
             np.add.at(n_stream, sk, 1)
-    per_step = (has_sched + gpus + nports * copies + tok_before + has_detok + tok_after + n_stream)
+    per_step = (has_sched + gpus + nports * copies + tok_before + has_detok + has_out + tok_after + n_stream)
     base = rec.count + np.cumsum(per_step) - per_step  # each step's first place in the order
     at_gpu = base + has_sched
     at_tok = at_gpu + gpus + nports * copies         # the first tokenization before the detokenization
     at_detok = at_tok + tok_before
-    at_stream = at_detok + has_detok + tok_after
+    at_out = at_detok + has_detok
+    at_stream = at_out + has_out + tok_after
     proc = eng.proc.track
-    # the engine process: scheduling and detokenization, in the order recorded
-    order = np.argsort(np.concatenate([base[has_sched], at_detok[has_detok]]), kind="stable")
-    rec.add_block(proc, list(np.array(["schedule+launch"] * int(has_sched.sum())
-                                      + ["detokenize"] * int(has_detok.sum()), dtype=object)[order]),
-                  np.concatenate([start[has_sched], s2[has_detok]])[order],
-                  np.concatenate([launched[has_sched], e[has_detok]])[order], "cpu",
-                  np.concatenate([base[has_sched], at_detok[has_detok]])[order])
+    # the engine process: scheduling, detokenization and the output objects, in the order recorded
+    places = np.concatenate([base[has_sched], at_detok[has_detok], at_out[has_out]])
+    order = np.argsort(places, kind="stable")
+    names = (["schedule+launch"] * int(has_sched.sum()) + ["detokenize"] * int(has_detok.sum())
+             + ["output"] * int(has_out.sum()))
+    rec.add_block(proc, list(np.array(names, dtype=object)[order]),
+                  np.concatenate([start[has_sched], s2[has_detok], o[has_out]])[order],
+                  np.concatenate([launched[has_sched], o[has_detok], e[has_out]])[order], "cpu", places[order])
     labels = [f"step {first_step + i} ({d}d+{p}p)" for i, d, p in zip(range(k), nd.tolist(), new.tolist())]
     cats = np.where(new > 0, "prefill", "decode").tolist()
     for g, track in enumerate(eng.gpu_tracks):
@@ -60,7 +64,7 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     # the API servers: tokenizations (in the order they were booked) and stream tasks
     tok = None
     if tok_spans:
-        tok = (tj, tst, ten, np.where(after, (at_detok + has_detok)[tk], at_tok[tk]) + _ranks(tk, after))
+        tok = (tj, tst, ten, np.where(after, (at_out + has_out)[tk], at_tok[tk]) + _ranks(tk, after))
     if len(servers) == 1:
         streams = {0: (at_stream[has_stream], st0[has_stream], st0[has_stream] + (sampled * pc)[has_stream])}
     else:

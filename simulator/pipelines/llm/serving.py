@@ -11,6 +11,7 @@ from ...config.models import upper_tokens
 from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.topology import LinkParams, Topology
 from ...invariants import require
+from ...observe.attribution import WAIT_COLUMNS
 from ...observe.columns import Columns, RingColumns
 from ...observe.llm_metrics import ServingStats, build_result
 from ...observe.result import Result
@@ -33,10 +34,11 @@ from .pools import DoesNotFit, PoolPlan, check_fit, check_parallel, plan_pools
 from .speculative import SpecDecoder, merged_stats as spec_stats
 
 STEP_COLUMNS = {"a0": "f8", "a1": "f8", "s0": "f8", "g0": "f8", "g1": "f8", "comm": "f8", "d1": "f8",
-                "wdet": "f8", "wstr": "f8", "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
+                **dict.fromkeys(WAIT_COLUMNS, "f8"), "batch": "i4", "decode": "i4", "prefill_tokens": "i4"}
 """One row per engine step: scheduling submitted (a0), started on its process (s0) and done (a1), GPU
-start and end, communication, copy end, the detokenization and streaming seconds its scheduling
-waited behind on its process (``observe.attribution``), and its size."""
+start and end, communication, copy end, the seconds of detokenization, output processing, messages
+and streaming its scheduling waited behind on its process (``observe.attribution.WAIT_COLUMNS``),
+and its size."""
 
 
 def _oom_result(scenario, exc: DoesNotFit) -> Result:

@@ -93,9 +93,14 @@ def schedule_cost(cpu, batch: int) -> float:
     return cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step + cpu.prepare_per_request * batch
 
 
-def output_cost(cpu, tokens: int, chunks: int) -> float:
-    """CPU seconds to detokenize a step's ``tokens`` and build the outputs of its ``chunks``."""
-    return cpu.detokenize_step_fixed + cpu.detokenize_per_token * tokens + cpu.output_per_request * chunks
+def detokenize_cost(cpu, tokens: int) -> float:
+    """CPU seconds to detokenize a step's ``tokens``."""
+    return cpu.detokenize_step_fixed + cpu.detokenize_per_token * tokens
+
+
+def outputs_cost(cpu, chunks: int) -> float:
+    """CPU seconds to build the output objects of a step's ``chunks`` (one per request it streams to)."""
+    return cpu.output_per_request * chunks
 
 
 def output_message_cost(settings, requests: int) -> float:
