@@ -66,10 +66,15 @@ class Cuts:
     def take(self, index, fields=("ws", "b1", "bi", "bo", "b2", "cs", "sw", "shares")) -> "Cuts":
         """The cuts ``fields`` of the windows at ``index`` (an index array into these): by default
         what :func:`receipt`, :func:`receipt_parts` and :func:`after_parts` read."""
-        out = {}
+        out, taken = {}, {}  # cuts that are one array (a milestone that coincides) stay one
         for f in fields:
             v = getattr(self, f)
-            out[f] = None if v is None else tuple(s[index] for s in v) if f == "shares" else v[index]
+            if v is None or f == "shares":
+                out[f] = None if v is None else tuple(s[index] for s in v)
+            else:
+                out[f] = taken.get(id(v))
+                if out[f] is None:
+                    out[f] = taken[id(v)] = v[index]
         return Cuts(**out)
 
 
@@ -77,13 +82,18 @@ def _clip(value, low, high):
     return np.minimum(np.maximum(value, low), high)
 
 
+def _gap(begin, end):
+    """``end - begin``, at least 0 (0 where the two cuts are one array: a milestone that coincides)."""
+    return np.zeros_like(begin) if begin is end else np.maximum(end - begin, 0.0)
+
+
 def cut(ws, pd1, pi, po, pe, a0, a1, s0, g0, g1, comm, wdet, wout, wipc, wstr) -> Cuts:
     """The cut points of windows [ws, g1] after a previous token copied at ``pd1``, at its
-    detokenizing process at ``pi``, detokenized at ``po`` and its output built at ``pe``, for steps
-    with the times of ``STEP_TIMES``."""
+    detokenizing process at ``pi`` (``pd1`` itself where no message carries it), detokenized at
+    ``po`` and its output built at ``pe``, for steps with the times of ``STEP_TIMES``."""
     cs = np.maximum(a0, ws)
     b1 = _clip(pd1, ws, cs)
-    bi = _clip(pi, b1, cs)
+    bi = b1 if pi is pd1 else _clip(pi, b1, cs)
     bo = _clip(po, bi, cs)
     b2 = _clip(pe, bo, cs)
     c1 = _clip(a1, cs, g1)
@@ -91,7 +101,7 @@ def cut(ws, pd1, pi, po, pe, a0, a1, s0, g0, g1, comm, wdet, wout, wipc, wstr) -
     c2 = _clip(g0, c1, g1)
     bc = np.maximum(c2, g1 - comm)
     waits = (wdet, wout, wipc, wstr)
-    if not any(np.any(w) for w in waits):
+    if not any(np.any(w) for w in {id(w): w for w in waits}.values()):  # one look at a shared zeros
         return Cuts(ws, b1, bi, bo, b2, cs, sw, c1, c2, bc, g1)
     wait = s0 - a0
     safe = np.where(wait > 0, wait, 1.0)
@@ -100,9 +110,9 @@ def cut(ws, pd1, pi, po, pe, a0, a1, s0, g0, g1, comm, wdet, wout, wipc, wstr) -
 
 
 def receipt(px, pR, c: Cuts) -> tuple:
-    """The previous token's arrival at its API server and its receipt, clipped into the window:
-    b2 <= bx <= b3 <= cs."""
-    bx = _clip(px, c.b2, c.cs)
+    """The previous token's arrival at its API server (None: where its output was made, no message
+    carried it) and its receipt, clipped into the window: b2 <= bx <= b3 <= cs."""
+    bx = c.b2 if px is None else _clip(px, c.b2, c.cs)
     return bx, _clip(pR, bx, c.cs)
 
 
@@ -110,7 +120,7 @@ def step_parts(c: Cuts) -> dict:
     """Each category's length in the window that does not depend on the previous token's path past
     its outputs (the scheduling's wait split by what held the process); ``compute`` is prefill or
     decode, by row."""
-    parts = {"d2h": c.b1 - c.ws, "ipc": c.bi - c.b1, "detokenize": c.bo - c.bi, "output": c.b2 - c.bo,
+    parts = {"d2h": c.b1 - c.ws, "ipc": _gap(c.b1, c.bi), "detokenize": c.bo - c.bi, "output": c.b2 - c.bo,
              "stream": np.zeros_like(c.b1), "schedule": c.c1 - c.cs, "queue": c.c2 - c.c1,
              "compute": c.bc - c.c2, "comm": c.g1 - c.bc}
     if c.shares is not None:  # the wait behind the last mile's work on the process
@@ -126,7 +136,7 @@ def step_parts(c: Cuts) -> dict:
 def receipt_parts(bx, b3, c: Cuts) -> tuple:
     """The window's parts that the previous token's path past its outputs sets: the message to its
     API server [b2, bx], streaming [bx, b3], queueing [b3, cs]."""
-    return np.maximum(bx - c.b2, 0.0), np.maximum(b3 - bx, 0.0), np.maximum(c.cs - b3, 0.0)
+    return _gap(c.b2, bx), np.maximum(b3 - bx, 0.0), np.maximum(c.cs - b3, 0.0)
 
 
 def after_parts(c: Cuts, bx, b3, lower) -> tuple:
@@ -135,8 +145,9 @@ def after_parts(c: Cuts, bx, b3, lower) -> tuple:
     def after(begin, end):
         return np.maximum(end - np.maximum(begin, lower), 0.0)
 
+    ipc = [after(begin, end) for begin, end in ((c.b1, c.bi), (c.b2, bx)) if begin is not end]
     parts = {"d2h": after(c.ws, c.b1), "detokenize": after(c.bi, c.bo), "output": after(c.bo, c.b2),
-             "ipc": after(c.b1, c.bi) + after(c.b2, bx), "stream": after(bx, b3)}
+             "ipc": sum(ipc) if ipc else np.zeros_like(c.b1), "stream": after(bx, b3)}
     if c.shares is not None:
         wait = np.maximum(c.sw - np.maximum(c.cs, lower), 0.0)
         for name, share in zip(WAIT_PARTS, c.shares):
@@ -165,13 +176,17 @@ def check_ordered(a0, s0, a1, g0, g1, d1) -> None:
 def wait_activity(proc, a0: float, s0: float) -> tuple:
     """Seconds of each of ``WAIT_PARTS`` that ``proc`` ran between ``a0`` and ``s0``: what a step's
     scheduling, submitted at ``a0`` and started at ``s0``, waited behind on its process."""
+    if s0 <= a0:
+        return NO_WAIT
     seconds = dict.fromkeys(WAIT_PARTS, 0.0)
-    if s0 > a0:
-        for label, length in proc.ran_between(a0, s0).items():
-            activity = CPU_ACTIVITY.get(label)
-            if activity is not None:
-                seconds[activity] += length
-        # invariant WAIT_WITHIN: what a wait is split into lies within the wait (cut's shares sum to <= 1)
-        total = sum(seconds.values())
-        assert total <= (s0 - a0) * (1 + 1e-9) + 1e-15, (seconds, s0 - a0)
+    for label, length in proc.ran_between(a0, s0).items():
+        activity = CPU_ACTIVITY.get(label)
+        if activity is not None:
+            seconds[activity] += length
+    # invariant WAIT_WITHIN: what a wait is split into lies within the wait (cut's shares sum to <= 1)
+    total = sum(seconds.values())
+    assert total <= (s0 - a0) * (1 + 1e-9) + 1e-15, (seconds, s0 - a0)
     return tuple(seconds[name] for name in WAIT_PARTS)
+
+
+NO_WAIT = (0.0,) * len(WAIT_PARTS)

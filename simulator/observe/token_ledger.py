@@ -165,7 +165,9 @@ class TokenLedger:
         g1, d1 = times["g1"], times["d1"]
         # each step after the run's first, following a row of the step before it: the one attribution's
         # cuts (``observe.attribution``), the same for every request in the step but for its receipt
-        c = attribution.cut(g1[:-1], d1[:-1], *(times[m][:-1] for m in ("i", "o", "e")),
+        pd1 = d1[:-1]
+        pi = pd1 if times["i"] is d1 else times["i"][:-1]  # a milestone that is the copy's end stays it
+        c = attribution.cut(g1[:-1], pd1, pi, times["o"][:-1], times["e"][:-1],
                             *(times[k][1:] for k in attribution.STEP_TIMES))
         per_step = attribution.step_parts(c)
         compute = per_step.pop("compute")
@@ -177,7 +179,7 @@ class TokenLedger:
         r_prev[1:] = R[:-1]
         r_prev[0] = R[0]
         ci = c.take(i)
-        bx, b3 = attribution.receipt(times["x"][i], r_prev, ci)
+        bx, b3 = attribution.receipt(None if times["x"] is times["e"] else times["x"][i], r_prev, ci)
         lower = np.repeat(_unset_as_inf(t.first_R[slot_req]), counts)
         per_row = np.empty((3 + len(LLM_LAST_MILE), n_rows))
         per_row[0], per_row[1], per_row[2] = attribution.receipt_parts(bx, b3, ci)  # ipc, stream, queue

@@ -473,10 +473,9 @@ class Run:
         # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
         # the last mile's there (the wait columns: 0); its tokens cross no process (i: the copy's end,
         # x: the outputs made)
-        zeros = np.zeros(k)
+        zeros, d1_ = np.zeros(k), times[:, 4]
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": times[:, 4], "i": times[:, 4], "o": o_,
-                      "e": times[:, 5], "x": times[:, 5], **dict.fromkeys(WAIT_COLUMNS, zeros)}
+                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": e_, **dict.fromkeys(WAIT_COLUMNS, zeros)}
         eng.settle_run(k, step_times, counts, gpu_free0)
         srv_start[0] = times[:, 6]
         if spans:

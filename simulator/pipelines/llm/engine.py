@@ -246,7 +246,7 @@ class Engine:
         # after scheduling and the step cannot end before its last launch.
         start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
         a1 = start + sched
-        waits = dict(zip(WAIT_COLUMNS, wait_activity(self.proc, a0, start)))  # what held its process (a GIL) meanwhile
+        wdet, wout, wipc, wstr = wait_activity(self.proc, a0, start)  # what held its process (a GIL) meanwhile
         completes, partial = [], []
         new_tokens = 0
         for rid, p, n in chunks:
@@ -277,8 +277,8 @@ class Engine:
         for rid, p, n in chunks:
             t.computed[rid] = p + n
         nan = float("nan")
-        index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, **waits, batch=batch,
-                                  decode=len(decode), prefill_tokens=new_tokens)
+        index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, wdet=wdet, wout=wout,
+                                  wipc=wipc, wstr=wstr, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
         used = self.sched.pool.used
         self.kv_peak = max(self.kv_peak, used)
         if accepted is not None and len(decode):
