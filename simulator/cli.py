@@ -20,6 +20,7 @@ COMMANDS = {
     "validate": "simulator.commands.validate",
     "calibrate": "simulator.commands.calibrate",
     "sweep": "simulator.commands.sweep",
+    "plan": "simulator.commands.plan",
     "report": "simulator.commands.report",
     "compare": "simulator.commands.compare",
     "schema": "simulator.commands.schema",

@@ -25,12 +25,13 @@ _BASES: dict[str, dict[str, float]] = {
     "flops": {"FLOPS": 1.0, "FLOP/s": 1.0, "flops": 1.0, "OPS": 1.0},
     "flop": {"FLOP": 1.0, "flop": 1.0},
     "rate": {"/s": 1.0, "Hz": 1.0, "req/s": 1.0},
+    "power": {"W": 1.0},
 }
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _RE = re.compile(rf"^\s*({_NUMBER})\s*([^\s\d].*?)?\s*$")
 
-DIMENSIONS = ("time", "bytes", "bandwidth", "flops", "flop", "rate", "number")
+DIMENSIONS = ("time", "bytes", "bandwidth", "flops", "flop", "rate", "power", "number")
 
 _EXAMPLES = {
     "time": '"8 us", "1.5 ms", "2 s"',
@@ -39,6 +40,7 @@ _EXAMPLES = {
     "flops": '"989 TFLOPS"',
     "flop": '"6.6 TFLOP"',
     "rate": '"4/s", "2.5 Hz"',
+    "power": '"700 W", "1.2 kW"',
     "number": "a plain number",
 }
 

@@ -69,6 +69,8 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "prefix_hit_rate": (("prefix_cache", "hit_rate"), "share"),  # prompt tokens found in the prefix cache
     "kv_transfer_ms": (("disaggregation", "transfer_ms", "mean"), "ms"),  # prefill -> decode KV copy
     "copy_gbps": ((), "GB/s"),  # a KV copy between a GPU and host memory on the offload route (kind: host_copy)
+    "joules_per_output_token": (("energy", "joules_per_output_token"), "J"),  # the GPUs' energy per output token
+    "gpu_watts": (("energy", "gpu_watts_mean"), "W"),  # mean power per GPU over the run
 }
 RATIOS = frozenset({"throughput_ratio", "tpot_ratio", "ttft_ratio", "e2e_ratio"})
 """Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""

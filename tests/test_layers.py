@@ -15,7 +15,7 @@ LAYERS = [
     {"hardware"},
     {"workloads"},
     {"pipelines"},
-    {"api", "sweep", "validate", "coverage", "calibrate", "report", "runfolder", "project"},
+    {"api", "sweep", "plan", "validate", "coverage", "calibrate", "report", "runfolder", "project"},
     {"commands", "cli", "__main__", "__init__"},
 ]
 

@@ -43,6 +43,15 @@ FIELD_DOCS: dict[str, str] = {
     "GPUSpec.kernel_overhead": "Idle gap between consecutive kernels replayed from a CUDA graph.",
     "GPUSpec.kernel_floor": "Shortest time a kernel runs, however little work it has (ramp-up, one wave, tail).",
     "GPUSpec.launch_overhead": "CPU-side cost of each eager kernel launch.",
+    "GPUSpec.power": "Power for the energy model (observe/energy.py): board limit, idle draw, the server's non-GPU power per GPU.",
+    "PowerSpec.max": "Board power limit (TDP): what the GPU draws with its tensor cores or HBM at full rate.",
+    "PowerSpec.idle": "Power the GPU draws doing nothing.",
+    "PowerSpec.host": "The server's non-GPU power (CPUs, memory, NICs, NVSwitches, fans) per GPU; null: not counted.",
+    "GPUSpec.offering": "The prices.yaml offering that prices this GPU by default (cost.offering overrides it).",
+    "ScenarioBase.cost": "What the GPUs cost and what the energy counts: the summary's cost and energy blocks.",
+    "CostSpec.gpu_hour": "Price per GPU-hour in USD; overrides any offering.",
+    "CostSpec.offering": "A prices.yaml offering to price the GPUs by (default: the GPU's own offering).",
+    "CostSpec.pue": "The facility's power usage effectiveness: total_joules = (GPUs + hosts) x PUE.",
     "GPUSpec.gemm_mainloop": "GEMM main loop its kernels run: multistage (Ampere/Ada: a wave's loads and "
                              "math partly serialize) or warp_specialized (Hopper+: they overlap but for the "
                              "pipeline fill).",

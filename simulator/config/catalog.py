@@ -23,6 +23,16 @@ def kernels() -> dict:
     return _load("kernels")
 
 
+def prices() -> dict:
+    """``prices.yaml``: dated on-demand list prices of cloud offerings, by name. Shared and cached."""
+    return _load("prices")
+
+
+def price(name: str) -> dict | None:
+    """One offering's entry (gpu, gpus, usd_per_hour, per-GPU price, date, source), or None."""
+    return prices().get(name) if isinstance(name, str) else None
+
+
 def names(kind: str) -> list[str]:
     """Names of the catalog entries of one kind."""
     return sorted(_load(kind))

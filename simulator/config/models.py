@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from ..errors import ConfigError
 from .quantities import (NO_BOOL, Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
-                         Seconds, Whole)
+                         Seconds, Watts, Whole)
 
 LOGNORMAL_TAIL_SIGMAS = 6
 """A lognormal without ``max`` is bounded at median x exp(6 sigma) for admission checks: a draw
@@ -33,6 +33,21 @@ class Achievable(Strict):
     hbm: Fraction
 
 
+class PowerSpec(Strict):
+    """A GPU's power (``observe.energy``): its board power limit, its idle draw, and its server's
+    non-GPU power per GPU (CPUs, memory, NICs, NVSwitches, fans; None where no figure is known)."""
+
+    max: Watts
+    idle: Watts
+    host: Optional[Watts] = None
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.idle < self.max:
+            raise ValueError(f"power needs idle < max, got idle {self.idle:g} W, max {self.max:g} W")
+        return self
+
+
 class GPUSpec(Strict):
     """One GPU: peak compute per dtype, memory, HBM bandwidth and fixed per-kernel costs."""
 
@@ -49,6 +64,8 @@ class GPUSpec(Strict):
     arch: Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "other"] = "other"
     gpu_link: Optional[str] = None
     host_link: str = "pcie4-x16"
+    power: Optional[PowerSpec] = None
+    offering: Optional[str] = None  # the catalog's prices.yaml entry that prices it by default
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
 
@@ -682,6 +699,26 @@ class SLO(Strict):
         return data
 
 
+class CostSpec(Strict):
+    """What the run's GPUs cost and what its energy counts (``observe.energy``): a price per GPU-hour
+    (``gpu_hour``, USD), or a catalog offering (``prices.yaml``) to take it from (default: the GPU's
+    own), and the facility's power usage effectiveness (1.0: the servers' power alone)."""
+
+    gpu_hour: Optional[Annotated[float, NO_BOOL, Field(gt=0, le=1000, allow_inf_nan=False)]] = None
+    offering: Optional[str] = None
+    pue: Annotated[float, NO_BOOL, Field(ge=1.0, le=3.0, allow_inf_nan=False)] = 1.0
+
+    @model_validator(mode="after")
+    def _offering_known(self):
+        if self.offering is not None:
+            from . import catalog
+
+            if catalog.price(self.offering) is None:
+                raise ConfigError(f"unknown offering {self.offering!r}; known: {', '.join(catalog.prices())}",
+                                  path="cost.offering")
+        return self
+
+
 class ScenarioBase(Strict):
     """What every kind of scenario has: its kind, a name, a seed, the dtype and the hardware."""
 
@@ -691,6 +728,7 @@ class ScenarioBase(Strict):
     seed: Annotated[Int, Field(ge=0, lt=2**63)] = 0
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     hardware: Hardware
+    cost: CostSpec = CostSpec()
     record_spans: bool = True
 
     @model_validator(mode="after")

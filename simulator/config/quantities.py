@@ -71,6 +71,8 @@ Flops = Annotated[float, _parser("flops"), AfterValidator(_positive), _at_least(
                   _at_most(1e18, "1 EFLOP/s"), _AS_FLOAT]
 Rate = Annotated[float, _parser("rate"), AfterValidator(_positive), _at_least(1e-6, "1e-6/s"),
                  _at_most(1e6, "1e6/s"), _AS_FLOAT]
+# The power of one GPU or of a server's share per GPU: none draws 10 kW.
+Watts = Annotated[float, _parser("power"), AfterValidator(_positive), _at_most(1e4, "10 kW"), _AS_FLOAT]
 
 
 def _no_bool(v):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..invariants import checking, require
-from . import attribution
+from . import attribution, energy
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
 from .columns import Columns
@@ -195,6 +195,10 @@ class EngineStats:
     gap_sum: float = 0.0  # GPU idle between consecutive steps while the engine had work, summed
     gap_steps: int = 0
     gap_max: float = 0.0
+    steps_run: int = 0
+    tokens_run: float = 0.0   # tokens its steps computed (prompt chunks, decodes, verified drafts)
+    context_run: float = 0.0  # context tokens its decode steps read, summed over the steps
+    work: tuple = (0.0, 0.0, 0.0, 1.0, 1.0)  # ``LLMCostModel.work_per_step_and_token``
 
 
 @dataclass(frozen=True)
@@ -399,6 +403,19 @@ def _check_breakdown(t, store, done, e2e, total: dict, e2e_total: float) -> None
         require("BREAKDOWN_SUMS", worst <= 1e-6, lambda: f"a request's categories miss its E2E by {worst} s")
 
 
+def _cost_energy(scenario, stats: ServingStats, wall: float, output_tokens: float, total_tokens: float,
+                 requests: int) -> dict:
+    """The run's ``cost`` and ``energy`` (``observe.energy``) from the engines' counts of their work."""
+    engines = stats.engines
+    gpus = sum(len(e.gpu_tracks) for e in engines)
+    busy = sum(e.gpu_busy * len(e.gpu_tracks) for e in engines)
+    flops = sum(e.tokens_run * e.work[1] for e in engines)
+    hbm = sum(e.steps_run * e.work[0] + e.context_run * e.work[2] for e in engines)
+    peak, bandwidth = (engines[0].work[3], engines[0].work[4]) if engines else (1.0, 1.0)
+    return energy.blocks(scenario, gpus, wall, busy, flops, hbm, peak, bandwidth, output_tokens, total_tokens,
+                         requests)
+
+
 def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, memory, kv_blocks,
                  horizon) -> Result:
     """Assemble the summary and the trace; the per-request frames are built from the request store
@@ -450,6 +467,8 @@ def build_result(scenario, table, steps, rows, recorder, stats: ServingStats, me
         "kv_cache": _kv_summary(stats, kv_blocks),
         "memory_per_gpu_gib": memory, "steps": int(steps.size),
         "preemptions": int(store.column("preemptions").sum()),
+        **_cost_energy(scenario, stats, span if n_done else 0.0, out_tokens, out_tokens + float(t.prompt[done].sum()),
+                       n_done),
     }
     itl = itl.chunks
     if isinstance(itl, QuantileSketch):  # too many gaps to keep: their percentiles come from a sketch

@@ -203,6 +203,36 @@ class StageSummary(_Summary):
     slo_attainment: Share
 
 
+class Cost(_Summary):
+    """What the run's GPU-hours cost (``observe.energy``): null figures where nothing prices the GPU."""
+
+    usd_per_hour: Optional[float]
+    usd_per_gpu_hour: Optional[float]
+    price_source: Optional[str]  # cost.gpu_hour, or the prices.yaml offering
+    usd: Optional[float]
+    usd_per_request: Optional[float]
+    usd_per_mtok_output: Optional[float] = None
+    usd_per_mtok_total: Optional[float] = None
+    usd_per_image: Optional[float] = None
+
+
+class Energy(_Summary):
+    """The run's energy (``observe.energy``): the GPUs', the hosts' and their total at the facility
+    (PUE); per output token, token, request and image the GPUs' alone."""
+
+    gpu_joules: Optional[float]  # null only where absurd timings overflow (non-finite figures are null)
+    host_joules: Optional[float]
+    pue: float
+    total_joules: Optional[float]
+    kwh: Optional[float]
+    gpu_watts_mean: Optional[float]
+    joules_per_output_token: Optional[float] = None
+    joules_per_token: Optional[float] = None
+    joules_per_image: Optional[float] = None
+    joules_per_request: Optional[float]
+    power_capped: bool
+
+
 class LLMSummary(RunSummary):
     """An LLM serving run (``kind: llm``). A layout that does not fit in GPU memory (``status: oom``)
     ran nothing: it has the memory split, the ``message`` and the ``memory_key`` to change instead
@@ -236,6 +266,8 @@ class LLMSummary(RunSummary):
     steps: Optional[int] = None
     preemptions: Optional[int] = None
     stages: Optional[list[StageSummary]] = None
+    cost: Optional[Cost] = None
+    energy: Optional[Energy] = None
 
     _breakdown = field_validator("breakdown_share")(_categories(LLM_CATEGORIES))
 
@@ -277,6 +309,8 @@ class DiTSummary(RunSummary):
     last_mile_share: Share = None
     memory_per_gpu_gib: Optional[float] = None
     throughput: Optional[dict[Literal["images_per_s"], Optional[float]]] = None
+    cost: Optional[Cost] = None
+    energy: Optional[Energy] = None
     comm_bytes_per_gpu: Optional[float] = None
     utilization: Optional[DiTUtilization] = None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..observe.records import DIT_CATEGORIES
 from ..units import fmt_time
+from .text import cost_energy_lines
 
 
 
@@ -46,6 +47,7 @@ def format_dit(result) -> str:
     if gpu_util:
         lines.append("GPU utilization: " + "  ".join(f"{k} {_n(v, '.0f', 100)}%"
                                                      for k, v in gpu_util.items()))
+    lines.extend(line.strip() for line in cost_energy_lines(s.get("cost"), s.get("energy"), unit="image"))
     return "\n".join(lines)
 
 

@@ -122,6 +122,22 @@ def _rank(style: dict) -> int:
     return LINESTYLES.index(style["ls"])
 
 
+def pareto_figure(df: pd.DataFrame) -> Figure:
+    """``lastmile plan``'s candidates that met the SLO: cost per million output tokens against p99
+    TTFT, the Pareto front (``pareto`` column) joined and labelled."""
+    fig, ax = _figure()
+    ax.scatter(df["usd_per_mtok"], df["ttft_p99_ms"], color=SERIES[0], label="meets the SLO")
+    front = df[df["pareto"]].sort_values("usd_per_mtok")
+    ax.plot(front["usd_per_mtok"], front["ttft_p99_ms"], color=SERIES[1], marker="o", label="Pareto front")
+    for _, r in front.iterrows():
+        ax.annotate(r["candidate"], (r["usd_per_mtok"], r["ttft_p99_ms"]), fontsize=7, xytext=(4, 4),
+                    textcoords="offset points")
+    ax.set_xlabel("USD per million output tokens (each candidate at its highest rate within the SLO)")
+    ax.set_ylabel("TTFT p99 (ms)")
+    ax.legend()
+    return fig
+
+
 def save(fig: Figure, path, dpi: int = 110) -> None:
     """Write a PNG and free the figure (figures are not kept in pyplot's global registry)."""
     fig.savefig(path, dpi=dpi, metadata={"Software": None})

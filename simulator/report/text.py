@@ -107,6 +107,7 @@ def format_llm(result) -> str:
         f"  KV cache: peak {_n(s['kv_cache']['peak_occupancy'], '.1f', 100)}%, mean "
         f"{_n(s['kv_cache']['mean_occupancy'], '.1f', 100)}% of {_n(s['kv_cache']['blocks_per_replica'], ',.0f')} blocks; "
         f"weights {_n(s['memory_per_gpu_gib']['weights_gib'], '.1f')} GiB/GPU",
+        *cost_energy_lines(s.get("cost"), s.get("energy")),
     ]
     if s.get("disaggregation"):
         d = s["disaggregation"]
@@ -129,6 +130,23 @@ def format_llm(result) -> str:
                      f"{_n((sp.get('itl_per_chunk_ms') or {}).get('mean'), '.2f')} ms mean")
     lines += _stage_lines(s.get("stages"))
     return "\n".join(lines)
+
+
+def cost_energy_lines(cost: dict | None, energy: dict | None, unit: str = "output_token") -> list[str]:
+    """The summary's cost and energy, one line (``observe.energy``)."""
+    parts = []
+    if cost and cost.get("usd_per_hour") is not None:
+        per = (f"{_n(cost.get('usd_per_image'), '.4g')} USD per image" if unit == "image"
+               else f"{_n(cost.get('usd_per_mtok_output'), '.3g')} USD per million output tokens")
+        parts.append(f"{_n(cost['usd_per_hour'], '.4g')} USD/h ({cost['price_source']}), {per}")
+    elif cost is not None:
+        parts.append("no price for this GPU (set cost.gpu_hour)")
+    if energy:
+        per = energy.get("joules_per_image") if unit == "image" else energy.get("joules_per_output_token")
+        parts.append(f"{_n(energy['gpu_watts_mean'], '.0f')} W per GPU, {_n(per, '.3g')} J per "
+                     f"{'image' if unit == 'image' else 'output token'} (GPUs), {_n(energy['kwh'], '.3g')} kWh in all"
+                     + (" (power-capped)" if energy["power_capped"] else ""))
+    return [f"  cost: {'; energy: '.join(parts)}"] if parts else []
 
 
 def _last_mile_cost(cost) -> list[str]:

@@ -335,6 +335,17 @@ class LLMCostModel:
         emb = (s.vocab_matrices if self.pp == 1 else 1) * s.vocab * s.hidden / self.attn_tp
         return self.layers_per_stage * (per_layer + dense / s.layers) + emb * b
 
+    def work_per_step_and_token(self) -> tuple[float, float, float, float, float]:
+        """What the energy model counts (``observe.energy``), over the whole replica: the weight bytes
+        a step reads from HBM (every GPU its share, once per step), the FLOPs of a token's linear
+        layers (2 per active parameter; attention's are left out: under 5% of a token's at the
+        contexts served here), the KV-cache bytes one token of context adds to each later read; and
+        one GPU's peak rates the activity is a fraction of (its GEMMs' dtype, HBM)."""
+        gpus = self.tp * self.pp
+        peak = self.gpu.peak_flops.get(self.gemm_dtype()) or self.gpu.peak_flops["bf16"]
+        return (self.weight_bytes_per_gpu() * gpus, 2.0 * self.shape.active_params(),
+                self.kv_bytes_per_token_per_gpu() * gpus / max(self.dp, 1), peak, self.gpu.hbm_bandwidth)
+
     def kv_bytes_per_token_per_gpu(self) -> float:
         """K/V bytes one token occupies on one GPU in the full-attention layers (the sliding ones'
         are :meth:`sliding_kv_bytes`). MLA's latent is one head every TP rank caches whole."""

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...config.dit_models import DiTScenario
+from ...observe import energy
 from ...observe.records import DIT_CATEGORIES
 from ...observe.result import Result, with_units
 from ...observe.stats import stats
@@ -72,6 +73,18 @@ def request_frame(rows: list[dict], started: dict, total: int, times: np.ndarray
     return df.astype({"request": "int64", "completed": bool})
 
 
+def _cost_energy(sc: DiTScenario, model, util: dict, wall: float, images: int) -> dict:
+    """The run's ``cost`` and ``energy`` (``observe.energy``) over the utilization's horizon (0 to the last
+    image). A DiT's denoising is compute-bound (its GEMMs and attention run at their achievable FLOP
+    rate; the few HBM bytes are left out), so the GPUs' busy seconds at the GEMMs' achievable rate are
+    the FLOPs the activity model counts."""
+    busy = sum(v for k, v in util.items() if k.startswith("gpu")) * wall
+    dtype = sc.dtype if sc.dtype in model.gpu.peak_flops else "bf16"
+    flops = busy * model.gpu.flops_rate(dtype)
+    return energy.blocks(sc, model.lay.n_gpus, wall, busy, flops, 0.0, model.gpu.peak_flops[dtype], 1.0, images,
+                         images, images, unit="image")
+
+
 def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float, strategy: str) -> dict:
     """The summary dict of a run that fitted in memory (before the health assessment)."""
     lat = done["latency"].to_numpy(float)
@@ -81,6 +94,7 @@ def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float,
     first = float(done["arrival"].min()) if len(done) else 0.0
     last_done = float(done["done"].max()) if len(done) else 0.0
     return {
+        **_cost_energy(sc, model, util, last_done, len(done)),
         "kind": "dit", "scenario": sc.name, "status": "ok", **_identity(sc, model.lay.n_gpus, strategy),
         "latency_s": stats(lat), "breakdown_share": share,
         "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,

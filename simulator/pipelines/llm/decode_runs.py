@@ -40,7 +40,8 @@ from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 COUNTS = 14
-"""The first integer column of a run's step table (batch, decodes, prefill tokens, KV blocks used, sampled ids)."""
+"""The first integer column of a run's step table (batch, decodes, prefill tokens, KV blocks used, sampled ids,
+the decodes' context tokens)."""
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -178,7 +179,7 @@ class Run:
         # per step: a0, a1, g0, g1, d1, e, the first API server's stream start, the engine's start,
         # launch end, the copy's begin, the detokenization start, the scheduling and launch time, the
         # detokenization's and the output objects' work; batch, decodes, prefill tokens, KV blocks
-        # used, sampled ids
+        # used, sampled ids, the decodes' context
         rows = []
         spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
@@ -354,7 +355,7 @@ class Run:
                 for j in range(1, nserv):
                     srv_start[j].append(0.0)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e, sl, det, out,
-                         batch, nd, new_tokens, used, sampled))
+                         batch, nd, new_tokens, used, sampled, ctx))
             # -- the requests' state after the step --
             kv_free = free_kv
             S += nd
@@ -428,7 +429,7 @@ class Run:
         if k == 0:
             fe.give_back_routes(routes)
             return None
-        times = np.array(rows)  # k x 19, every column as floats (whole numbers exactly)
+        times = np.array(rows)  # k x 20, every column as floats (whole numbers exactly)
         counts = times[:, COUNTS:].astype(np.int64)
         # -- the run's sums: what each step adds to the processes' and the ports' totals --
         e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (5, 6, 7, 8, 10))

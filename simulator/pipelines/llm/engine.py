@@ -171,6 +171,9 @@ class Engine:
         self.spec = None  # a SpecDecoder with speculative decoding (set with :meth:`speculate`)
         # GPU idle between consecutive steps while the engine had work (not after an idle wait)
         self.gap_sum, self.gap_steps, self.gap_max = 0.0, 0, 0.0
+        self.steps_run = 0  # GPU steps this replica ran (each reads its weights once: the energy's bytes)
+        self.tokens_run = 0.0  # tokens those steps computed, and the decode context they read (the energy's FLOPs, KV)
+        self.context_run = 0.0
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
         env.process(OVERLAP_MODES[settings.overlap](self))
@@ -276,6 +279,8 @@ class Engine:
             sampled = verified + len(completes)  # every verified position's id is copied to the host
         for rid, p, n in chunks:
             t.computed[rid] = p + n
+        self.tokens_run += tokens
+        self.context_run += ctx
         nan = float("nan")
         index = self.steps.append(a0=a0, a1=a1, s0=start, g0=nan, g1=nan, comm=nan, d1=nan, wdet=wdet, wout=wout,
                                   wipc=wipc, wstr=wstr, batch=batch, decode=len(decode), prefill_tokens=new_tokens)
@@ -345,6 +350,7 @@ class Engine:
         step.g0, step.g1 = g0, g1
         self.gpu_free = g1
         self.gpu_busy += g1 - g0
+        self.steps_run += 1
         self.kv_sum += step.kv_used * (g1 - g0)
         if step.gpu_done is not None:
             step.gpu_done.succeed()
@@ -361,10 +367,12 @@ class Engine:
     def settle_run(self, k: int, times: dict, counts, gpu_free0: float) -> None:
         """After a closed-form run of ``k`` steps (``decode_runs``): their rows in the step table
         (``times``: the columns of ``STEP_TIMES`` and ``d1``; ``counts``: batch, decodes, prefill
-        tokens, KV blocks used, sampled ids per step) and what they add to the GPU's statistics, as
-        :meth:`_gpu_ran` adds one step's (the GPU was free from ``gpu_free0``)."""
+        tokens, KV blocks used, sampled ids, decode context per step) and what they add to the GPU's
+        statistics, as :meth:`_gpu_ran` adds one step's (the GPU was free from ``gpu_free0``)."""
         g0, g1 = times["g0"], times["g1"]
         used = counts[:, 3]
+        self.tokens_run += float(counts[:, 1].sum() + counts[:, 2].sum())
+        self.context_run += float(counts[:, 5].sum())
         first_step = self.steps.size
         self.steps.extend(k, a0=times["a0"], a1=times["a1"], s0=times["s0"], g0=g0, g1=g1, comm=times["comm"],
                           d1=times["d1"], **{w: times[w] for w in WAIT_COLUMNS}, batch=counts[:, 0],
@@ -382,6 +390,7 @@ class Engine:
         busy = g1 - g0
         self.gpu_free = float(g1[-1])
         self.gpu_busy += float(busy.sum())
+        self.steps_run += k
         self.kv_sum += float((used * busy).sum())
         self.kv_peak = max(self.kv_peak, int(used.max()))
 
@@ -494,7 +503,8 @@ class Engine:
         """What this engine reports to the metrics when the run ends."""
         self.sched.pool.check()  # BLOCKS_CONSERVED, at the end of every run
         return EngineStats(self.index, tuple(self.gpu_tracks), self.gpu_busy, self.kv_peak, self.kv_sum,
-                           self.kv_steps, self.gap_sum, self.gap_steps, self.gap_max)
+                           self.kv_steps, self.gap_sum, self.gap_steps, self.gap_max, self.steps_run,
+                           self.tokens_run, self.context_run, self.cost.work_per_step_and_token())
 
     def idle(self):
         """Wait until a request arrives (the loop found nothing to run)."""

@@ -17,7 +17,7 @@ def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, s
     ports, _ = eng.links.d2h_route
     servers, pc = fe.servers, fe.cpu.stream_per_chunk
     g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out = (times[:, c] for c in range(2, 14))
-    _, nd, new, _, sampled = counts.T
+    _, nd, new, _, sampled, _ = counts.T
     o = s2 + det
     has_sched = sl > 0
     has_d2h = sampled > 0

@@ -53,19 +53,26 @@ def _oom_result(scenario, exc: DoesNotFit) -> Result:
                   pd.DataFrame(columns=["track", "name", "start", "end", "category"]), [])
 
 
-def simulate(scenario):
-    """Run an LLM serving scenario to completion; returns a Result (``status: oom`` if it does not fit)."""
+def fitted(scenario) -> tuple[list[PoolPlan], object]:
+    """The deployment's pools and its workload's requests, once every request is known to fit its
+    replicas' memory (raises DoesNotFit naming what does not)."""
     check_parallel(scenario)
     w = scenario.workload
+    plans = plan_pools(scenario)
+    if not w.trace:
+        prompt = w.prompt_upper  # with sessions, a last turn's whole history
+        check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
+                   "workload.sessions" if w.sessions else "workload.prompt_tokens")
+    specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
+    if w.trace:
+        check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
+    return plans, specs
+
+
+def simulate(scenario):
+    """Run an LLM serving scenario to completion; returns a Result (``status: oom`` if it does not fit)."""
     try:
-        plans = plan_pools(scenario)
-        if not w.trace:
-            prompt = w.prompt_upper  # with sessions, a last turn's whole history
-            check_fit(plans, prompt + upper_tokens(w.output_tokens), prompt,
-                       "workload.sessions" if w.sessions else "workload.prompt_tokens")
-        specs = make_requests(w, np.random.default_rng(scenario.seed), scenario.model.context_length)
-        if w.trace:
-            check_fit(plans, int((specs.prompt + specs.output).max()), int(specs.prompt.max()), "workload.trace")
+        plans, specs = fitted(scenario)
     except DoesNotFit as exc:
         return _oom_result(scenario, exc)
 
