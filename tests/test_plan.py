@@ -174,3 +174,19 @@ def test_every_price_and_power_figure_has_a_source_and_a_date():
         if spec.get("offering"):
             assert catalog.price(spec["offering"])["gpu"] == gpu
             assert not math.isnan(catalog.price(spec["offering"])["usd_per_hour"])
+
+
+@pytest.mark.slow
+def test_plan_on_a_dask_cluster_equals_local_processes(tmp_path):
+    import pandas as pd
+    from dask import distributed  # the [dev] extra installs it
+
+    space = ("--gpu", "h100-sxm", "--tp", "1", "--replicas", "1,2")
+    local = _plan(tmp_path / "local", *space, "--workers", "2")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = _plan(tmp_path / "dask", *space, "--scheduler", cluster.scheduler_address)
+    assert local.returncode == remote.returncode == 0, remote.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "local" / "plan" / "plan.csv"),
+                                  pd.read_csv(tmp_path / "dask" / "plan" / "plan.csv"))
+    assert (tmp_path / "local" / "plan" / "winner.yaml").read_text() == (tmp_path / "dask" / "plan" / "winner.yaml").read_text()

@@ -114,10 +114,12 @@ def summary_frame(data: dict) -> pd.DataFrame:
               llm + cost + [f"engine_time_share.{k}" for k in ("gpu", "schedule", "output", "api_server")]),
         _long(data["engine_remedies"], "engine_remedies", ["setup", "concurrency"], llm + cost),
         _long(data["dit_scale_out"], "dit_scale_out", ["fabric", "gpus"],
-              ["status", "latency_s.p50", "last_mile_share", "breakdown_share.comm", "breakdown_share.denoise"]),
+              ["status", "latency_s.p50", "last_mile_share", "breakdown_share.comm", "breakdown_share.denoise",
+               "cost.usd_per_image", "energy.joules_per_image"]),
         _long(data["scale_out"], "llm_scale_out", ["fabric", "gpus"],
               ["status", "ttft_ms.mean", "tpot_ms.mean", "e2e_ms.p50", "throughput.output_tokens_per_s",
-               "last_mile_share", "itl_last_mile_share", "breakdown_share.comm"]),
+               "last_mile_share", "itl_last_mile_share", "breakdown_share.comm", "cost.usd_per_mtok_output",
+               "energy.joules_per_output_token"]),
         _long(data["placements"], "last_mile_vs_concurrency", ["setup", "concurrency"], llm),
         _long(data["remedies"], "remedies", ["setup", "concurrency"],
               llm + [f"breakdown_share.{c}" for c in plots.categories_in(data["remedies"].columns)]),
@@ -219,7 +221,9 @@ def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
         f"Llama-3-70B (BF16, vLLM V1's host path, closed loop of 32) on 8 to {int(so['gpus'].max())} B200s as 8-way "
         "tensor-parallel stages, pipeline-parallel across the rest, on 8-GPU NVLink nodes joined by 400 Gb/s "
         "InfiniBand per GPU and on one 72-GPU NVLink domain, each also with its slower link doubled. At "
-        f"{int(so['gpus'].max())} GPUs, mean TPOT: " + "; ".join(parts) + ".")}
+        f"{int(so['gpus'].max())} GPUs, mean TPOT: " + "; ".join(parts) + ". " + _per_dollar_and_joule(
+            so, "cost.usd_per_mtok_output", "energy.joules_per_output_token", "USD per million output tokens",
+            "J per output token"))}
     dit = data["dit_scale_out"]
     fig = plots.line_pair(dit, "gpus", "fabric", "GPUs",
                           ("latency_s.p50", f"FLUX.1-dev 1536², {scale.dit_steps} steps, ring: latency", "latency (s)",
@@ -240,8 +244,21 @@ def _scale_out_figure(data: dict, out: Path, scale: Scale) -> dict:
         f"{int(dit['gpus'].max())}: " + "; ".join(parts) + ". Where a ring crosses nodes each pass waits on one "
         "NIC, so NVL8 + InfiniBand gets slower past 8 GPUs while the rack keeps the ring on NVLink. The last mile's "
         f"share {'falls' if rack_hi < rack_lo else 'rises'} on the rack from {100 * rack_lo:.1f}% at "
-        f"{int(dit['gpus'].min())} GPUs to {100 * rack_hi:.1f}% at {int(dit['gpus'].max())}.")
+        f"{int(dit['gpus'].min())} GPUs to {100 * rack_hi:.1f}% at {int(dit['gpus'].max())}. "
+        + _per_dollar_and_joule(dit, "cost.usd_per_image", "energy.joules_per_image", "USD per image", "J per image"))
     return text
+
+
+def _per_dollar_and_joule(rows: pd.DataFrame, usd: str, joules: str, usd_unit: str, joule_unit: str) -> str:
+    """What each step of the GPU count buys per dollar and per joule, per fabric (``observe.energy``:
+    the catalog's B200 price and power; the rack's GPUs priced as B200s)."""
+    if usd not in rows.columns or joules not in rows.columns:
+        return ""
+    parts = []
+    for fabric, group in rows.sort_values("gpus").groupby("fabric", sort=False):
+        steps = ", ".join(f"{int(g)}: {c:.3g} / {j:.3g}" for g, c, j in zip(group["gpus"], group[usd], group[joules]))
+        parts.append(f"{fabric} {steps}")
+    return f"Per GPU count, {usd_unit} / {joule_unit} (GPUs'): " + "; ".join(parts) + "."
 
 
 def _last_mile_figure(data: dict, out: Path, scale: Scale) -> dict:
