@@ -75,13 +75,16 @@ class SLO:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One deployment: a GPU type (or a node type, which names its GPU), TP degree, replicas, engine."""
+    """One deployment: a GPU type (or a node type, which names its GPU), TP degree, replicas, engine,
+    and optionally its API-server processes and batch limit (None: the scenario's)."""
 
     gpu: str
     tp: int
     replicas: int
     engine: str
     node: str | None = None
+    api_servers: int | None = None
+    max_batch: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -90,7 +93,8 @@ class Candidate:
     @property
     def label(self) -> str:
         where = self.node or self.gpu
-        return f"{self.gpus}x {where} tp{self.tp} x{self.replicas} {self.engine}"
+        extra = (f" api{self.api_servers}" if self.api_servers else "") + (f" b{self.max_batch}" if self.max_batch else "")
+        return f"{self.gpus}x {where} tp{self.tp} x{self.replicas} {self.engine}{extra}"
 
     def overrides(self) -> dict:
         """The scenario keys this candidate sets."""
@@ -98,22 +102,28 @@ class Candidate:
                "serving.engine": self.engine}
         if self.node is not None:
             out["hardware.node"] = self.node
+        if self.api_servers is not None:
+            out["serving.api_servers"] = self.api_servers
+        if self.max_batch is not None:
+            out["serving.max_batch"] = self.max_batch
         return out
 
 
 def candidates(gpus: Sequence[tuple[str, str | None]], tps: Iterable[int], replicas: Iterable[int],
-               engines: Iterable[str], gpu_count: int | None = None, max_gpus: int | None = None) -> list[Candidate]:
-    """The search space: (GPU, node) pairs x TP x replicas x engines, holding the GPU count at
-    ``gpu_count`` (TP x replicas = N, the sweep a plain cross product cannot hold fixed) or at most
-    ``max_gpus``; a node type bounds TP by its GPUs per node (TP stays within one NVLink domain)."""
+               engines: Iterable[str], gpu_count: int | None = None, max_gpus: int | None = None,
+               api_servers: Sequence[int | None] = (None,), max_batch: Sequence[int | None] = (None,)) -> list[Candidate]:
+    """The search space: (GPU, node) pairs x TP x replicas x engines x API servers x batch limits,
+    holding the GPU count at ``gpu_count`` (TP x replicas = N, the sweep a plain cross product cannot
+    hold fixed) or at most ``max_gpus`` (a layout the node cannot take is pruned when it loads)."""
     out = []
+    tps, replicas, engines = list(tps), list(replicas), list(engines)
     for gpu, node in gpus:
         for tp in tps:
             for r in replicas:
                 n = tp * r
                 if (gpu_count is not None and n != gpu_count) or (max_gpus is not None and n > max_gpus):
                     continue
-                out.extend(Candidate(gpu, tp, r, e, node) for e in engines)
+                out.extend(Candidate(gpu, tp, r, e, node, a, b) for e in engines for a in api_servers for b in max_batch)
     if not out:
         raise ConfigError("the search space is empty: no TP x replicas combination gives the GPU count asked for",
                           file="lastmile plan")
@@ -177,7 +187,7 @@ class Outcome:
         cost, energy = s.get("cost") or {}, s.get("energy") or {}
         lm = s.get("last_mile_cost") or {}
         return {"candidate": c.label, "gpu": c.node or c.gpu, "gpus": c.gpus, "tp": c.tp, "replicas": c.replicas,
-                "engine": c.engine, "status": self.status, "max_rate_per_s": self.rate if self.summary else None,
+                "engine": c.engine, "api_servers": c.api_servers, "max_batch": c.max_batch, "status": self.status, "max_rate_per_s": self.rate if self.summary else None,
                 "usd_per_hour": cost.get("usd_per_hour"), "usd_per_mtok": cost.get("usd_per_mtok_output"),
                 "j_per_token": energy.get("joules_per_output_token"),
                 "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"), "tpot_p99_ms": (s.get("tpot_ms") or {}).get("p99"),

@@ -51,6 +51,9 @@ def test_the_search_space_holds_the_gpu_count_and_names_an_empty_one():
                                                           for tp in (1, 2, 4, 8)}
     assert all(c.gpus == 8 for c in space)
     assert max(c.gpus for c in candidates([("h100-sxm", None)], [1, 2], [1, 2, 4], ["a", "b"], max_gpus=4)) == 4
+    both = candidates([("b200", None)], [1], [1, 2], ["vllm-v1"], api_servers=[1, 2], max_batch=[256])
+    assert [(c.replicas, c.api_servers) for c in both] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert both[1].overrides()["serving.api_servers"] == 2 and both[1].overrides()["serving.max_batch"] == 256
     with pytest.raises(ConfigError, match="search space is empty"):
         candidates([("h100-sxm", None)], [2], [3], ["vllm-v1"], gpu_count=8)
 

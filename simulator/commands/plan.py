@@ -32,6 +32,11 @@ def add_arguments(p) -> None:
     p.add_argument("--tp", default="1,2,4,8", help="TP degrees, comma-separated (default 1,2,4,8)")
     p.add_argument("--replicas", default="1,2,4,8", help="replica counts, comma-separated (default 1,2,4,8)")
     p.add_argument("--engine", default="vllm-v1", help="engine profiles, comma-separated (default vllm-v1)")
+    p.add_argument("--api-servers", default="", help="API-server processes per deployment, comma-separated "
+                                                     "(default: the scenario's): what a second API server buys "
+                                                     "against another GPU")
+    p.add_argument("--max-batch", default="", help="batch limits (serving.max_batch), comma-separated "
+                                                   "(default: the scenario's)")
     count = p.add_mutually_exclusive_group()
     count.add_argument("--gpus", type=int, help="hold the GPU count fixed: TP x replicas = N")
     count.add_argument("--max-gpus", type=int, help="at most N GPUs per candidate")
@@ -118,7 +123,9 @@ def _jobs(args, slo):
         if n is not None and not 1 <= n <= 100_000:
             raise ConfigError(f"a GPU count is between 1 and 100,000, got {n}", file=flag)
     space = candidates(_hardware(args), _list(args.tp, "--tp", int), _list(args.replicas, "--replicas", int),
-                       _list(args.engine, "--engine"), args.gpus, args.max_gpus)
+                       _list(args.engine, "--engine"), args.gpus, args.max_gpus,
+                       _list(args.api_servers, "--api-servers", int) or [None],
+                       _list(args.max_batch, "--max-batch", int) or [None])
     base = load_raw(args.scenario)[0] if args.scenario else None
     overrides = dict(parse_override(o) for o in args.overrides)
     return [{"base": args.scenario, "overrides": overrides, "candidate": asdict(c), "slo": asdict(slo),
