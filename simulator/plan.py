@@ -85,21 +85,28 @@ class Candidate:
     node: str | None = None
     api_servers: int | None = None
     max_batch: int | None = None
+    prefill: int | None = None  # disaggregated: prefill replicas (and ``decode`` replicas), each of ``tp`` GPUs
+    decode: int | None = None
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * (self.prefill + self.decode if self.prefill else self.replicas)
 
     @property
     def label(self) -> str:
         where = self.node or self.gpu
         extra = (f" api{self.api_servers}" if self.api_servers else "") + (f" b{self.max_batch}" if self.max_batch else "")
-        return f"{self.gpus}x {where} tp{self.tp} x{self.replicas} {self.engine}{extra}"
+        layout = f"{self.prefill}P:{self.decode}D" if self.prefill else f"x{self.replicas}"
+        return f"{self.gpus}x {where} tp{self.tp} {layout} {self.engine}{extra}"
 
     def overrides(self) -> dict:
         """The scenario keys this candidate sets."""
         out = {"hardware.gpu": self.gpu, "parallel.tp": self.tp, "parallel.pp": 1, "parallel.replicas": self.replicas,
                "serving.engine": self.engine}
+        if self.prefill:
+            out["parallel.replicas"] = 1
+            out["disaggregation"] = {"prefill": {"replicas": self.prefill, "tp": self.tp},
+                                     "decode": {"replicas": self.decode, "tp": self.tp}}
         if self.node is not None:
             out["hardware.node"] = self.node
         if self.api_servers is not None:
@@ -111,19 +118,23 @@ class Candidate:
 
 def candidates(gpus: Sequence[tuple[str, str | None]], tps: Iterable[int], replicas: Iterable[int],
                engines: Iterable[str], gpu_count: int | None = None, max_gpus: int | None = None,
-               api_servers: Sequence[int | None] = (None,), max_batch: Sequence[int | None] = (None,)) -> list[Candidate]:
-    """The search space: (GPU, node) pairs x TP x replicas x engines x API servers x batch limits,
-    holding the GPU count at ``gpu_count`` (TP x replicas = N, the sweep a plain cross product cannot
-    hold fixed) or at most ``max_gpus`` (a layout the node cannot take is pruned when it loads)."""
+               api_servers: Sequence[int | None] = (None,), max_batch: Sequence[int | None] = (None,),
+               splits: Sequence[tuple[int, int]] = ()) -> list[Candidate]:
+    """The search space: (GPU, node) pairs x TP x (replicas, and disaggregated prefill:decode splits)
+    x engines x API servers x batch limits, holding the GPU count at ``gpu_count`` (TP x replicas = N,
+    the sweep a plain cross product cannot hold fixed) or at most ``max_gpus`` (a layout the node
+    cannot take is pruned when it loads)."""
     out = []
-    tps, replicas, engines = list(tps), list(replicas), list(engines)
+    tps, engines = list(tps), list(engines)
+    layouts = [(r, None, None) for r in replicas] + [(1, p, d) for p, d in splits]
     for gpu, node in gpus:
         for tp in tps:
-            for r in replicas:
-                n = tp * r
+            for r, p, d in layouts:
+                n = tp * (p + d if p else r)
                 if (gpu_count is not None and n != gpu_count) or (max_gpus is not None and n > max_gpus):
                     continue
-                out.extend(Candidate(gpu, tp, r, e, node, a, b) for e in engines for a in api_servers for b in max_batch)
+                out.extend(Candidate(gpu, tp, r, e, node, a, b, p, d)
+                           for e in engines for a in api_servers for b in max_batch)
     if not out:
         raise ConfigError("the search space is empty: no TP x replicas combination gives the GPU count asked for",
                           file="lastmile plan")
@@ -156,17 +167,20 @@ def bisect_rate(meets: Callable[[float], bool], hi: float, rel_tol: float = BISE
 
 
 def rate_bound(cost, replicas: int, max_batch: int, prompt_mean: float, output_mean: float,
-               context_mean: float) -> float:
+               context_mean: float, split: tuple[int, int] | None = None) -> float:
     """A roofline upper bound on the requests per second ``replicas`` replicas of one cost model can
     serve: each request needs its prompt prefilled and ``output_mean`` decode steps; a replica's
     decode steps at their largest batch run no faster than the cost model's decode step time (HBM
     reads of the weights and the KV cache), and its prefill no faster than the prompt's linear-layer
-    time at the token budget's size. The bound adds the two (a replica cannot prefill and decode the
-    same time twice), so no simulated rate beyond it can be met."""
+    time. Co-located, a replica does both, so the bound adds the two; disaggregated (``split``:
+    prefill and decode replicas), each pool bounds the rate alone. No simulated rate beyond it can
+    be met."""
     batch = max(1, max_batch)
-    decode_s_per_token = cost.decode_time(context_mean * batch, batch) / batch
-    prefill_s_per_request = cost.linear_time(max(1, int(round(prompt_mean)))) if prompt_mean >= 1 else 0.0
-    seconds = decode_s_per_token * max(output_mean - 1.0, 0.0) + prefill_s_per_request
+    decode = cost.decode_time(context_mean * batch, batch) / batch * max(output_mean - 1.0, 0.0)
+    prefill = cost.linear_time(max(1, int(round(prompt_mean)))) if prompt_mean >= 1 else 0.0
+    if split is not None:
+        return min(split[0] / prefill if prefill > 0 else math.inf, split[1] / decode if decode > 0 else math.inf)
+    seconds = decode + prefill
     return math.inf if seconds <= 0 else replicas / seconds
 
 
@@ -257,7 +271,7 @@ def evaluate(job: Mapping) -> dict:
         raise ConfigError("lastmile plan searches LLM serving deployments (kind: llm)", file="lastmile plan")
     prompt, output = float(specs.prompt.mean()), float(specs.output.mean())
     bound = rate_bound(build_cost(sc), sc.parallel.replicas, sc.serving.max_batch, prompt, output,
-                       prompt + output / 2)
+                       prompt + output / 2, (cand.prefill, cand.decode) if cand.prefill else None)
     if bound < job.get("min_rate", 0.0):
         return Outcome(cand, f"pruned: roofline bound {bound:.3g}/s < {job['min_rate']:.3g}/s",
                        bound=bound).to_json()

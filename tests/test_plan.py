@@ -45,6 +45,17 @@ def test_the_rate_bound_is_the_roofline_closed_form():
     assert got == pytest.approx(3 / (per_token * 200 + 2e-5 * 500))
 
 
+def test_a_disaggregated_split_is_bounded_by_its_slower_pool():
+    cost = SimpleNamespace(decode_time=lambda ctx, n: 0.004 + 1e-9 * ctx, linear_time=lambda t: 2e-5 * t)
+    decode = (0.004 + 1e-9 * 600.0 * 64) / 64 * 200
+    assert rate_bound(cost, 1, 64, 500.0, 201.0, 600.0, split=(1, 3)) == pytest.approx(min(1 / 0.01, 3 / decode))
+    space = candidates([("h100-sxm", None)], [2], [2], ["vllm-v1"], gpu_count=4, splits=[(1, 1), (1, 2)])
+    assert [(c.replicas, c.prefill, c.decode) for c in space] == [(2, None, None), (1, 1, 1)]
+    over = space[1].overrides()
+    assert over["disaggregation"] == {"prefill": {"replicas": 1, "tp": 2}, "decode": {"replicas": 1, "tp": 2}}
+    assert space[1].label == "4x h100-sxm tp2 1P:1D vllm-v1"
+
+
 def test_the_search_space_holds_the_gpu_count_and_names_an_empty_one():
     space = candidates([("h100-sxm", None), ("b200", None)], [1, 2, 4, 8], [1, 2, 4, 8], ["vllm-v1"], gpu_count=8)
     assert {(c.gpu, c.tp, c.replicas) for c in space} == {(g, tp, 8 // tp) for g in ("h100-sxm", "b200")

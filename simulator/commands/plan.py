@@ -35,6 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--api-servers", default="", help="API-server processes per deployment, comma-separated "
                                                      "(default: the scenario's): what a second API server buys "
                                                      "against another GPU")
+    p.add_argument("--pd", default="", metavar="P:D,...",
+                   help="disaggregated layouts to search too: prefill:decode replicas, each of TP GPUs (e.g. 1:1,1:2)")
     p.add_argument("--max-batch", default="", help="batch limits (serving.max_batch), comma-separated "
                                                    "(default: the scenario's)")
     count = p.add_mutually_exclusive_group()
@@ -59,6 +61,16 @@ def _list(text: str, flag: str, cast=str) -> list:
         return [cast(v) for v in values]
     except ValueError:
         raise ConfigError(f"expected comma-separated {cast.__name__} values, got {text!r}", file=flag) from None
+
+
+def _splits(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in _list(text, "--pd"):
+        p, sep, d = item.partition(":")
+        if not (sep and p.isdigit() and d.isdigit() and int(p) > 0 and int(d) > 0):
+            raise ConfigError(f"expected prefill:decode replica counts like 1:2, got {item!r}", file="--pd")
+        out.append((int(p), int(d)))
+    return out
 
 
 def parse_slo(items: list[str], goodput: float | None):
@@ -125,7 +137,7 @@ def _jobs(args, slo):
     space = candidates(_hardware(args), _list(args.tp, "--tp", int), _list(args.replicas, "--replicas", int),
                        _list(args.engine, "--engine"), args.gpus, args.max_gpus,
                        _list(args.api_servers, "--api-servers", int) or [None],
-                       _list(args.max_batch, "--max-batch", int) or [None])
+                       _list(args.max_batch, "--max-batch", int) or [None], _splits(args.pd))
     base = load_raw(args.scenario)[0] if args.scenario else None
     overrides = dict(parse_override(o) for o in args.overrides)
     return [{"base": args.scenario, "overrides": overrides, "candidate": asdict(c), "slo": asdict(slo),
