@@ -292,8 +292,23 @@ fig = plots.lines(dit_scale, "gpus", "latency_s.p50", "fabric", "FLUX.1-dev 1536
                   "GPUs", "latency (s)", logx=True)
 display(Image(plots.to_png(fig)))
 dit_scale[["fabric", "gpus", "latency_s.p50", "breakdown_share.comm", "last_mile_share"]]"""),
+    new_markdown_cell("""\
+## What each step buys per dollar and per joule
+
+Every summary carries `cost` (the GPU-hours of the run at the catalog's price: B200s at SemiAnalysis's
+neocloud TCO tier, the rack's GPUs priced as B200s) and `energy` (the component-activity power
+model, `simulator/observe/energy.py`). At the same load, more GPUs cost more per token unless they
+buy proportionally more speed."""),
+    new_code_cell("""\
+llm_scale[["fabric", "gpus", "tpot_ms.mean", "cost.usd_per_mtok_output", "energy.joules_per_output_token",
+           "energy.gpu_watts_mean"]]"""),
     new_markdown_cell("## Answer"),
     new_code_cell("""\
+for name, g in llm_scale.groupby("fabric", sort=False):
+    g = g.set_index("gpus")
+    steps = ", ".join(f"{n}: {g.loc[n, 'cost.usd_per_mtok_output']:.2f} USD/Mtok, "
+                      f"{g.loc[n, 'energy.joules_per_output_token']:.2f} J/token" for n in g.index)
+    print(f"Per dollar and per joule — Llama-3-70B on {name}: {steps}.")
 for name, g in dit_scale.groupby("fabric", sort=False):
     g = g.set_index("gpus")
     lo, hi = g.index.min(), g.index.max()
