@@ -62,6 +62,11 @@ TOLERANCE = {
     ("host_path_sglang", "output_tokens_per_s"): (40, 59),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
+    # ML.ENERGY v3.0's energy per token (issue 27): the power model meets 10.4% median; J/token follows the
+    # simulated step's speed, and vLLM 0.11.1 on the B200 ran slower than the B200 step here (notes)
+    ("energy_mlenergy", "joules_per_output_token"): (19, 56),
+    ("energy_mlenergy", "gpu_watts"): (11, 47),
+    ("energy_mlenergy", "output_tokens_per_s"): (15, 152),
     ("last_mile_engines", "gpu_share"): (55, 55),
     ("last_mile_engines", "host_share"): (8, 8),
     ("last_mile_engines", "api_server_share"): (57, 57),
