@@ -71,6 +71,7 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "copy_gbps": ((), "GB/s"),  # a KV copy between a GPU and host memory on the offload route (kind: host_copy)
     "joules_per_output_token": (("energy", "joules_per_output_token"), "J"),  # the GPUs' energy per output token
     "gpu_watts": (("energy", "gpu_watts_mean"), "W"),  # mean power per GPU over the run
+    "joules_per_image": (("energy", "joules_per_image"), "J"),  # the GPUs' energy per image (kind: dit)
 }
 RATIOS = frozenset({"throughput_ratio", "tpot_ratio", "ttft_ratio", "e2e_ratio"})
 """Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""
