@@ -182,13 +182,11 @@ def group(topo, gpus, arch: str = "other") -> Group:
 
 def group_on(hardware, gpus) -> Group:
     """The NCCL view of ``gpus`` (GPU indices, in ring order) of a scenario's validated ``hardware``,
-    on a topology built for them."""
-    import simpy
-
+    on a topology built for them (its routes alone: no environment, no fabric)."""
     from .topology import Topology
 
     gpus = list(gpus)
-    topo = Topology.from_hardware(simpy.Environment(), hardware, max(gpus) + 1)
+    topo = Topology.from_hardware(None, hardware, max(gpus) + 1)
     return group(topo, gpus, hardware.gpu.arch)
 
 

@@ -133,7 +133,8 @@ class Topology:
         self.node_link = as_link_params(node_link, "node_link")
         self.client_link = as_link_params(client_link, "client_link")
         self.layout = node if isinstance(node, NodeLayout) or node is None else NodeLayout.from_spec(node)
-        self.fabric = Fabric(env, recorder)
+        # without an environment the topology only prices routes (NCCL's view of a group): no fabric
+        self.fabric = Fabric(env, recorder) if env is not None else None
 
     @classmethod
     def from_hardware(cls, env: simpy.Environment, hardware, n_gpus: int,

@@ -69,8 +69,9 @@ class DoesNotFit(Exception):
         self.message, self.key, self.memory = message, key, memory
 
 
-def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
-    """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit."""
+def kv_capacity(scenario, cost: LLMCostModel, layout: tuple[str, ...] = ("parallel.tp", "parallel.pp")) -> tuple[int, dict]:
+    """KV-cache blocks per replica after weights and activations; DoesNotFit if the model does not fit,
+    naming the ``layout`` keys that spread the model over more GPUs."""
     sv, gpu = scenario.serving, scenario.hardware.gpu
     weights = cost.weight_bytes_per_gpu()
     kv_token = cost.kv_bytes_per_token_per_gpu()
@@ -91,11 +92,11 @@ def kv_capacity(scenario, cost: LLMCostModel) -> tuple[int, dict]:
         budget = f"exceed {sv.gpu_memory_utilization:g} x {fmt_bytes(gpu.memory)}"
         if weights >= usable:
             raise DoesNotFit(f"{scenario.model.name} does not fit: {fmt_bytes(weights)} of weights per GPU {budget}; "
-                             "raise parallel.tp or parallel.pp, or use a larger GPU", "hardware.gpu.memory", memory)
+                             f"raise {' or '.join(layout)}, or use a larger GPU", "hardware.gpu.memory", memory)
         # the weights fit: the batch's activations (sized by the token budget and the batch) tip it over
         key = "serving.max_batched_tokens" if act_tokens >= act_logits else "serving.max_batch"
         raise DoesNotFit(f"{fmt_bytes(weights)} of weights + {fmt_bytes(act)} of activations per GPU {budget}; "
-                         f"lower {key}, raise parallel.tp, or use a larger GPU", key, memory)
+                         f"lower {key}, raise {layout[0]}, or use a larger GPU", key, memory)
     per_block = kv_token * sv.block_size
     return int(kv_bytes // per_block), memory
 
@@ -189,10 +190,9 @@ def plan_pools(scenario) -> list[PoolPlan]:
             raise ConfigError(exc.message, path=f"{key}.tp") from None
         cost = build_cost(scn)
         try:
-            kv_blocks, memory = kv_capacity(scn, cost)
+            kv_blocks, memory = kv_capacity(scn, cost, (f"{key}.tp",))
         except DoesNotFit as exc:
-            message = exc.message.replace("raise parallel.tp or parallel.pp", f"raise {key}.tp")
-            raise ConfigError(f"the {role} pool has no memory for the KV cache: {message}", path=f"{key}.tp") from None
+            raise ConfigError(f"the {role} pool has no memory for the KV cache: {exc.message}", path=f"{key}.tp") from None
         plans.append(PoolPlan(role, scn, cost, kv_blocks, memory, replica, gpu))
         replica += pool.replicas
         gpu += pool.replicas * pool.tp
