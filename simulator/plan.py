@@ -1,11 +1,12 @@
 """``lastmile plan``: the cheapest deployment that serves a workload within an SLO (issue 27).
 
-A search space of candidates (GPU or node type x TP x replicas x engine profile, under a fixed or
-bounded GPU count) is pruned before anything is simulated: a candidate whose weights and KV cache do
+A search space of candidates (GPU or node type x TP x replicas or disaggregated prefill:decode splits
+x engine profile x API servers x batch limit, under a fixed or bounded GPU count) is pruned before
+anything is simulated: a candidate whose weights and KV cache do
 not fit, or whose roofline bound on the request rate (:func:`rate_bound`) is below what the search
 asks, is dropped with its reason. Each remaining candidate's highest request rate that meets the SLO
 is found by bisection, as Vidur-Search finds a configuration's capacity (Agrawal et al., "Vidur",
-MLSys 2024, sec. 6: binary search on QPS under a P99 scheduling-delay SLO): every probe is a
+MLSys 2024: a binary search on QPS under a P99 scheduling-delay SLO): every probe is a
 deterministic simulation of the same requests at another Poisson rate, so the search gives the same
 answer on one core, many, or a Dask cluster. Candidates are ranked by dollars per million output
 tokens at their highest rate.
@@ -22,8 +23,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 from .errors import ConfigError
 
 BISECT_REL_TOL = 0.04
-"""The bisection stops once the interval is within 4% of its upper end (Vidur-Search's own search
-stops at a fixed step of its QPS grid; 4% is below the run-to-run spread of a 400-request probe)."""
+"""The bisection stops once the interval is within 4% of its upper end: a candidate's capacity is
+known to 4%, at most 6 halvings after the bound."""
 
 BISECT_MAX_PROBES = 10
 """Probes per candidate at most (the first at the roofline bound, then halvings)."""

@@ -12,8 +12,9 @@ from ..errors import ConfigError
 HELP = "find the cheapest deployment (GPU x TP x replicas x engine) that meets an SLO, by simulation"
 
 DEFAULT_REQUESTS = 1000
-"""Requests per probe: enough that a rate beyond capacity builds a queue the p99 sees (a 300-request
-probe of the default scenario met its SLO at 1.3x the rate 1,000 requests show it cannot sustain)."""
+"""Requests per probe: enough that a rate beyond capacity builds a queue the p99 sees (on the default
+scenario a 300-request probe met a 500 ms / 50 ms SLO at 23.4 req/s, where 1,000 requests at 23 req/s
+miss it, p99 TPOT 84 ms, and the sustained rate is about 17.5 req/s)."""
 
 TABLE = ("candidate", "status", "max_rate_per_s", "usd_per_hour", "usd_per_mtok", "j_per_token", "ttft_p99_ms",
          "tpot_p99_ms", "last_mile_share", "last_mile_e2e_ms")

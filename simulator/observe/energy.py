@@ -2,9 +2,11 @@
 
 Power is the component-activity model of Hong & Kim ("An Integrated GPU Power and Performance Model",
 ISCA 2010) and GPUWattch (Leng et al., MICRO 2013) reduced to two components: a GPU draws its idle
-power, plus, for each component, the board's dynamic range (power limit less idle) times the share
-of that component's peak rate the work uses — the tensor cores' FLOP/s and HBM's bytes/s — never
-more than its power limit:
+power, plus, for each component, a dynamic power times the share of that component's peak rate the
+work uses — the tensor cores' FLOP/s and HBM's bytes/s — never more than its power limit. This
+model's one assumption is that either component alone at its full rate would take the board's whole
+dynamic range (power limit less idle), so no constant is fitted; the families energy_mlenergy and
+energy_mlenergy_diffusion check it against ML.ENERGY's measurements:
 
     P = idle + (max - idle) * min(1, FLOP/s / peak FLOP/s + HBM bytes/s / peak HBM bytes/s)
 
