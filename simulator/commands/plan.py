@@ -181,7 +181,10 @@ def main(args) -> int:
 
 
 def _progress(args, line: str) -> None:
-    if not args.no_progress:
+    """A progress line on stderr, unless --no-progress or -q."""
+    from .. import progress
+
+    if not args.no_progress and progress.level() != progress.QUIET:
         print(line, file=sys.stderr, flush=True)
 
 
