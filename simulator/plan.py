@@ -64,14 +64,8 @@ class SLO:
 
     def scenario_slo(self) -> dict:
         """The scenario's ``slo`` block that makes its goodput count against these objectives."""
-        out = {}
-        if self.ttft_p99 is not None:
-            out["ttft"] = self.ttft_p99
-        if self.tpot_p99 is not None:
-            out["tpot"] = self.tpot_p99
-        if self.e2e_p99 is not None:
-            out["e2el"] = self.e2e_p99
-        return out
+        pairs = (("ttft", self.ttft_p99), ("tpot", self.tpot_p99), ("e2el", self.e2e_p99))
+        return {key: value for key, value in pairs if value is not None}
 
 
 @dataclass(frozen=True)

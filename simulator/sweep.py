@@ -12,7 +12,7 @@ import functools
 import itertools
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed as as_completed_futures
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -112,24 +112,6 @@ def _progress_bar(total: int, progress: bool | None) -> Progress:
     return Progress(total, "sweep", "runs", enabled=progress, min_total=PROGRESS_MIN_RUNS)
 
 
-def _run_local(scenarios: list, workers: int | None, bar, point=run_point) -> list[dict]:
-    """Run on local cores: a process pool, or in-process when one worker (or one run) suffices."""
-    n = len(scenarios)
-    workers = min(workers or os.cpu_count() or 1, n)
-    if workers <= 1:
-        rows = []
-        for sc in scenarios:
-            rows.append(point(sc))
-            bar.update(1)
-        return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        rows = []
-        for row in pool.map(point, scenarios, chunksize=1):
-            rows.append(row)
-            bar.update(1)
-        return rows
-
-
 def connect(address: str):
     """A Dask distributed client for ``tcp://HOST:PORT``; a clear error if the extra is missing."""
     try:
@@ -142,16 +124,31 @@ def connect(address: str):
         raise LastmileError(f"cannot reach the Dask scheduler at {address}: {str(exc).splitlines()[0]}") from None
 
 
-def _run_dask(scenarios: list, client, bar, point=run_point) -> list[dict]:
-    """Run on a Dask cluster; rows come back in submission order whatever order they finish in."""
-    try:
-        from dask.distributed import as_completed
-    except ImportError:
-        raise LastmileError("running on a cluster needs Dask: pip install 'lastmile-sim[cluster]'") from None
-    futures = client.map(point, scenarios, pure=False)
-    for _ in as_completed(futures):
-        bar.update(1)
-    return client.gather(futures)
+def completed(point, items: list, client=None, workers: int | None = None):
+    """``(index, point(item))`` for each of ``items`` as it completes: on a Dask cluster (``client``), in
+    ``workers`` local processes (default: all cores), or in this process where one worker or one item
+    suffices. What a sweep gathers in order and a plan records as it comes."""
+    if not items:
+        return
+    if client is not None:
+        try:
+            from dask.distributed import as_completed
+        except ImportError:
+            raise LastmileError("running on a cluster needs Dask: pip install 'lastmile-sim[cluster]'") from None
+        futures = client.map(point, items, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        for fut in as_completed(futures):
+            yield index[fut.key], fut.result()
+        return
+    workers = min(workers or os.cpu_count() or 1, len(items))
+    if workers <= 1:
+        for i, item in enumerate(items):
+            yield i, point(item)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        index = {pool.submit(point, item): i for i, item in enumerate(items)}
+        for fut in as_completed_futures(index):
+            yield index[fut], fut.result()
 
 
 def sweep(scenario: str | Path | Mapping | None,
@@ -179,11 +176,11 @@ def sweep(scenario: str | Path | Mapping | None,
     runnable = [sc for sc in loaded if not isinstance(sc, ConfigError)]
     bar = _progress_bar(len(runnable), progress)
     point = functools.partial(run_point, last_mile_cost=True) if last_mile_cost else run_point
+    results = [None] * len(runnable)
     try:
-        if client is not None:
-            results = _run_dask(runnable, client, bar, point)
-        else:
-            results = _run_local(runnable, workers, bar, point)
+        for i, row in completed(point, runnable, client, workers):
+            results[i] = row
+            bar.update(1)
     finally:
         bar.close()
     results = iter(results)

@@ -120,13 +120,16 @@ def _hardware(args) -> list[tuple[str, str | None]]:
 
 
 def _jobs(args, slo):
+    """Every candidate's job (what ``plan.evaluate`` takes), the base scenario and the plan's overrides,
+    each flag checked first."""
     from dataclasses import asdict
 
     from ..config import catalog
     from ..config.loader import load_raw, parse_override
     from ..plan import candidates
 
-    for engine in _list(args.engine, "--engine"):
+    engines = _list(args.engine, "--engine")
+    for engine in engines:
         if catalog.entry("engines", engine) is None:
             raise ConfigError(f"unknown engine profile {engine!r}; known: {', '.join(catalog.names('engines'))}",
                               file="--engine")
@@ -136,7 +139,7 @@ def _jobs(args, slo):
         if n is not None and not 1 <= n <= 100_000:
             raise ConfigError(f"a GPU count is between 1 and 100,000, got {n}", file=flag)
     space = candidates(_hardware(args), _list(args.tp, "--tp", int), _list(args.replicas, "--replicas", int),
-                       _list(args.engine, "--engine"), args.gpus, args.max_gpus,
+                       engines, args.gpus, args.max_gpus,
                        _list(args.api_servers, "--api-servers", int) or [None],
                        _list(args.max_batch, "--max-batch", int) or [None], _splits(args.pd))
     base = load_raw(args.scenario)[0] if args.scenario else None
@@ -146,8 +149,8 @@ def _jobs(args, slo):
 
 
 def main(args) -> int:
-    from ..plan import Outcome, settings_key
-    from ..sweep import connect
+    from ..plan import Outcome, evaluate, settings_key
+    from ..sweep import completed, connect
 
     slo = parse_slo(args.slo, args.goodput)
     if args.workers is not None and not 1 <= args.workers <= 1024:
@@ -163,12 +166,12 @@ def main(args) -> int:
     key = settings_key({"scenario": base, "overrides": overrides}, slo, args.requests)
     out.mkdir(parents=True, exist_ok=True)
     done = _resume(out / "plan.jsonl", key)
-    todo = [j for j in jobs if json.dumps(j["candidate"], sort_keys=True) not in done]
+    todo = [j for j in jobs if _key(j["candidate"]) not in done]
     _progress(args, f"lastmile plan: {len(jobs)} candidates, {len(jobs) - len(todo)} from {out / 'plan.jsonl'}")
     client = connect(args.scheduler) if args.scheduler else None
     try:
-        for outcome in _run(todo, client, args.workers):
-            done[json.dumps(outcome["candidate"], sort_keys=True)] = outcome
+        for _, outcome in completed(evaluate, todo, client, args.workers):
+            done[_key(outcome["candidate"])] = outcome
             with open(out / "plan.jsonl", "a") as f:
                 f.write(json.dumps({"settings": key, "outcome": outcome}) + "\n")
             o = Outcome.from_json(outcome)
@@ -176,8 +179,13 @@ def main(args) -> int:
     finally:
         if client is not None:
             client.close()
-    outcomes = [Outcome.from_json(done[json.dumps(j["candidate"], sort_keys=True)]) for j in jobs]
-    return _report(outcomes, args, out, slo)
+    outcomes = [Outcome.from_json(done[_key(j["candidate"])]) for j in jobs]
+    return _report(outcomes, args, out, slo, overrides)
+
+
+def _key(candidate: dict) -> str:
+    """A candidate's key in the results file and in the outcomes found so far."""
+    return json.dumps(candidate, sort_keys=True)
 
 
 def _progress(args, line: str) -> None:
@@ -198,43 +206,18 @@ def _resume(path: Path, key: str) -> dict:
             except json.JSONDecodeError:
                 continue  # a line cut short by an interruption
             if rec.get("settings") == key:
-                done[json.dumps(rec["outcome"]["candidate"], sort_keys=True)] = rec["outcome"]
+                done[_key(rec["outcome"]["candidate"])] = rec["outcome"]
     return done
 
 
-def _run(jobs: list, client, workers: int | None):
-    """Each job's outcome as it completes: on a Dask cluster, or in local processes (in this one with a
-    single worker or job)."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from ..plan import evaluate
-
-    if not jobs:
-        return
-    if client is not None:
-        from dask.distributed import as_completed as dask_completed
-
-        for fut in dask_completed(client.map(evaluate, jobs, pure=False)):
-            yield fut.result()
-        return
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
-        for job in jobs:
-            yield evaluate(job)
-        return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for fut in as_completed([pool.submit(evaluate, job) for job in jobs]):
-            yield fut.result()
-
-
-def _report(outcomes, args, out: Path, slo) -> int:
+def _report(outcomes, args, out: Path, slo, overrides: dict) -> int:
     """Rank the candidates that met the SLO by cost per million output tokens (the higher rate first
     where equal), mark the Pareto front of cost against p99 TTFT, print and write the table, draw
     the front and write the winner."""
     import pandas as pd
 
     from ..plan import pareto
+    from ..report import plots
 
     rows = [o.row() for o in outcomes]
     if args.budget is not None:
@@ -257,9 +240,9 @@ def _report(outcomes, args, out: Path, slo) -> int:
     if not ranked:
         print(f"\nno candidate meets {_slo_text(slo)}; wrote {out / 'plan.csv'}")
         return 1
-    _pareto_figure(pd.DataFrame(ranked), out / "pareto.png")
+    plots.save(plots.pareto_figure(pd.DataFrame(ranked)), out / "pareto.png")
     winner = outcomes[met[0]]
-    _write_winner(winner, args, out / "winner.yaml")
+    _write_winner(winner, args, out / "winner.yaml", slo, overrides)
     cost = ranked[0]["usd_per_mtok"]
     print(f"\nwinner: {winner.candidate.label} at {winner.rate:.3g} req/s"
           + (f", {cost:.3g} USD per million output tokens" if cost is not None else "")
@@ -278,13 +261,7 @@ def _slo_text(slo) -> str:
     return " ".join(parts)
 
 
-def _pareto_figure(df, path: Path) -> None:
-    from ..report.plots import pareto_figure, save
-
-    save(pareto_figure(df), path)
-
-
-def _write_winner(winner, args, path: Path) -> None:
+def _write_winner(winner, args, path: Path, slo, overrides: dict) -> None:
     """The winner as a scenario: the base scenario with the plan's and the candidate's overrides at its
     highest rate, the probe's size and the SLO (``lastmile run`` reproduces the probe exactly)."""
     from dataclasses import asdict
@@ -292,12 +269,11 @@ def _write_winner(winner, args, path: Path) -> None:
     import yaml
 
     from ..api import load_scenario
-    from ..config.loader import load_raw, parse_override, set_path
+    from ..config.loader import load_raw, set_path
     from ..plan import probe_overrides
     from ..runfolder import write_atomically
 
-    job = {"overrides": dict(parse_override(o) for o in args.overrides), "requests": args.requests,
-           "slo": asdict(parse_slo(args.slo, args.goodput))}
+    job = {"overrides": overrides, "requests": args.requests, "slo": asdict(slo)}
     raw, _, base_dir = load_raw(args.scenario)
     for key, value in probe_overrides(job, winner.candidate, winner.rate).items():
         set_path(raw, key, value)

@@ -139,23 +139,7 @@ class TokenLedger:
         counts = last - first + 1
         starts = np.cumsum(counts) - counts             # each request's first row
         self.size += len(R) + len(prefill_rows)
-        # each request's first row of the run (after its previous row, wherever that was) and the
-        # prefill chunks, folded as any rows: request by request, in step order
-        req, step, prefill = slot_req, first, first_prefill
-        kind = np.full(len(starts), SENT, dtype=np.int8)
-        marks = {m: times[m][first] for m in ROW_MARKS[:-1]}
-        marks["R"] = R[starts]
-        if prefill_rows:
-            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
-            g1p = times["g1"][ps]
-            req, step = np.concatenate([req, pr]), np.concatenate([step, ps])
-            prefill = np.concatenate([prefill, np.ones(len(pr), dtype=bool)])
-            kind = np.concatenate([kind, np.full(len(pr), PREFILL_ONLY, dtype=np.int8)])
-            o = np.lexsort((step, req))
-            req, step, prefill, kind = req[o], step[o], prefill[o], kind[o]
-            marks = {m: np.concatenate([v, g1p])[o] for m, v in marks.items()}
-        if len(req):
-            self._fold(req, first_step + step, prefill, kind, marks, (kind == SENT).astype(np.int64))
+        self._fold_run_heads(first_step, times, slot_req, first, first_prefill, prefill_rows, R[starts])
         n_rows = len(R)
         more = counts > 1
         if not more.any():
@@ -209,6 +193,26 @@ class TokenLedger:
         if self.gaps.size > (EXACT_GAPS if self.sketch is None else SKETCH_GAPS):
             self._spill()
         self._retire_now()
+
+    def _fold_run_heads(self, first_step, times, slot_req, first, first_prefill, prefill_rows, first_R) -> None:
+        """A run's rows folded as any rows (:meth:`_fold`), request by request in step order: each
+        request's first row of the run (after its previous row, wherever that was; ``first_R``: its
+        receipt) and the prefill chunks that did not complete their prompt."""
+        req, step, prefill = slot_req, first, first_prefill
+        kind = np.full(len(slot_req), SENT, dtype=np.int8)
+        marks = {m: times[m][first] for m in ROW_MARKS[:-1]}
+        marks["R"] = first_R
+        if prefill_rows:
+            ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
+            g1p = times["g1"][ps]
+            req, step = np.concatenate([req, pr]), np.concatenate([step, ps])
+            prefill = np.concatenate([prefill, np.ones(len(pr), dtype=bool)])
+            kind = np.concatenate([kind, np.full(len(pr), PREFILL_ONLY, dtype=np.int8)])
+            o = np.lexsort((step, req))
+            req, step, prefill, kind = req[o], step[o], prefill[o], kind[o]
+            marks = {m: np.concatenate([v, g1p])[o] for m, v in marks.items()}
+        if len(req):
+            self._fold(req, first_step + step, prefill, kind, marks, (kind == SENT).astype(np.int64))
 
     def _keep_run(self, first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step) -> None:
         """A run's rows as :meth:`extend` takes them (a ledger that keeps every row)."""
@@ -363,14 +367,8 @@ class TokenLedger:
         if only.any():  # a prefill-only row is made when its GPU work ends
             d1[only] = g1[only]
         n = len(req)
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        np.not_equal(req[1:], req[:-1], out=first[1:])
-        starts = np.flatnonzero(first)
+        starts, last = _groups(req)
         rf = req[starts]                            # each group's request
-        last = np.empty(n, dtype=bool)
-        last[:-1] = first[1:]
-        last[-1] = True
         seen = self.seen[rf]
         start = np.where(seen, self.prev_g1[rf], t.tok_end[rf])  # the window after the previous row
 
@@ -413,20 +411,17 @@ class TokenLedger:
         self.first_step[rf] = np.minimum(self.first_step[rf], step[starts])
         self.seen[r_last] = True
         self.last_step[r_last] = step[last]
-        R = marks["R"]
-        # inter-token gaps of the rows the client received: to the previous such row of the request
+        self._add_gaps(req, kind, marks["R"], tokens, starts, last)
+
+    def _add_gaps(self, req, kind, R, tokens, starts, last) -> None:
+        """The inter-token gaps of the rows the client received (``_fold``'s rows, grouped by request
+        at ``starts``/``last``): each to the previous such row of its request."""
         sent = kind == SENT
         if sent.all():  # the common case: the gaps are over the same groups
             rs, Rs, ks, s_starts, s_last = req, R, tokens, starts, last
         elif sent.any():
             rs, Rs, ks = req[sent], R[sent], tokens[sent]
-            s_first = np.empty(len(rs), dtype=bool)
-            s_first[0] = True
-            np.not_equal(rs[1:], rs[:-1], out=s_first[1:])
-            s_starts = np.flatnonzero(s_first)
-            s_last = np.empty(len(rs), dtype=bool)
-            s_last[:-1] = s_first[1:]
-            s_last[-1] = True
+            s_starts, s_last = _groups(rs)
         else:
             return
         before = np.empty(len(rs))
@@ -468,6 +463,18 @@ class TokenLedger:
         if keep.all():
             return ITL(self.gaps["gap"], zeros)  # every gap is a done request's: the store itself, not a copy
         return ITL(self.gaps["gap"][keep], zeros)
+
+
+def _groups(req) -> tuple:
+    """Runs of equal request ids in ``req`` (sorted by request): each run's first index, and a mask
+    of each run's last row."""
+    first = np.empty(len(req), dtype=bool)
+    first[0] = True
+    np.not_equal(req[1:], req[:-1], out=first[1:])
+    last = np.empty(len(req), dtype=bool)
+    last[:-1] = first[1:]
+    last[-1] = True
+    return np.flatnonzero(first), last
 
 
 def _unset_as_inf(first_R: np.ndarray) -> np.ndarray:
