@@ -126,6 +126,13 @@ class VAEArch(_Shape):
     downsample: Dim
     mid_attention: Flag = True
     quant_conv: Flag = False
+    # a video VAE: time compressed temporal_downsample-fold (the first frame alone), undone by the up
+    # levels marked in temporal_upsample (each doubles the frames after the first), with causal 3-D
+    # convolutions conv_frames deep; decoded one latent frame at a time with a cache of the previous
+    # frames' features (Wan-VAE's feat_cache), so the workspace holds one chunk's frames
+    temporal_downsample: Dim = 1
+    temporal_upsample: tuple[Flag, ...] = ()
+    conv_frames: Dim = 1
     params: Params
     sources: dict[str, Any] = {}
 
@@ -135,7 +142,16 @@ class VAEArch(_Shape):
         if self.downsample != 2 ** (levels - 1):
             raise _FieldError(f"downsample {self.downsample} does not match {levels} levels "
                               f"(expected {2 ** (levels - 1)})", "downsample")
+        ups = sum(self.temporal_upsample)
+        if 2 ** ups != self.temporal_downsample or len(self.temporal_upsample) not in (0, levels - 1):
+            raise _FieldError(f"temporal_upsample {list(self.temporal_upsample)} must mark {levels - 1} up "
+                              f"levels, log2({self.temporal_downsample}) of them true", "temporal_upsample")
         return self
+
+    @property
+    def video(self) -> bool:
+        """Whether the VAE compresses time (a video model's)."""
+        return self.temporal_downsample > 1
 
     @classmethod
     def from_dict(cls, d: Mapping, name: str | None = None) -> "VAEArch":
@@ -163,6 +179,7 @@ class DiTArch(_Shape):
     head_dim: Dim
     mlp_ratio: Annotated[Number, Field(gt=0, le=MAX_PARAMS)]
     patch_size: Dim
+    patch_frames: Dim = 1                   # a video DiT's temporal patch (Wan, HunyuanVideo: 1)
     latent_channels: Dim
     out_channels: Optional[Dim] = None      # default: latent_channels
     vae_downsample: Dim = 8
@@ -240,6 +257,12 @@ class DiTArch(_Shape):
     @property
     def mlp_hidden(self) -> int:
         return int(round(self.hidden * self.mlp_ratio))
+
+    def latent_frames(self, frames: int | None) -> int:
+        """Latent frames of ``frames`` output frames: 1 for an image; 1 + (frames - 1) / t for a VAE that
+        compresses time t-fold keeping the first frame alone (Wan-VAE, HunyuanVideo's, CogVideoX's)."""
+        td = self.vae.temporal_downsample
+        return 1 if td == 1 or not frames else 1 + (frames - 1) // td
 
     def layer_kind(self, index: int) -> str:
         """Block kind of layer ``index`` (0-based, in execution order)."""

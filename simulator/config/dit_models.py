@@ -20,6 +20,10 @@ from .models import MAX_CONTEXT, LLMSpec, ScenarioBase, Strict, Workload
 from .quantities import Count, Fraction, Horizon, Int, Number
 from .yamlio import loads_catalog
 
+MAX_FRAMES = 4097
+"""Most video frames one request may ask for (published text-to-video runs make 49-129 frames; this
+allows minutes at 24 fps)."""
+
 MAX_GPUS = 1 << 16
 """Most GPUs one layout may span (the largest NVLink domains hold 576; clusters 10^5)."""
 
@@ -112,6 +116,56 @@ class Delivery(Strict):
     response_header_bytes: Annotated[Number, Field(ge=0, le=1e9)] = 200.0
 
 
+MAX_BATCH_IMAGES = 256
+"""Most requests one denoising pass may hold (published DiT serving batches a few to a few dozen)."""
+
+DIT_POLICIES = ("fifo", "shortest_first")
+"""Queue policies of a DiT service (``pipelines.dit.queue.POLICIES`` implements each; a test keeps
+the two lists equal)."""
+
+
+class DiTServing(Strict):
+    """How a DiT service takes its requests: the queue's order, how many compatible requests (same
+    resolution, frames and steps, at the same step) one denoising pass holds, and whether a waiting
+    request the policy ranks first may take the GPUs at a step boundary."""
+
+    policy: Literal[DIT_POLICIES] = Field("fifo", description=(
+        "fifo: oldest first; shortest_first: least remaining denoising work first (SRPT, Schrage 1968)."))
+    max_batch: Count(MAX_BATCH_IMAGES) = Field(1, description=(
+        "Requests in one denoising pass (diffusers pipelines take a list of prompts; each prompt's CFG pair "
+        "rides in the same pass)."))
+    preempt: bool = Field(False, description=(
+        "At each step boundary, requeue the running batch when a waiting request ranks ahead of it (its "
+        "latents stay on the GPUs); needs a layout without PipeFusion or DistriFusion, whose pipelines and "
+        "stale activations span steps."))
+
+
+class DiTSLO(Strict):
+    """A DiT service's objective: a request is good when it is delivered within ``latency`` of its arrival."""
+
+    latency: Annotated[Number, Field(gt=0, le=1e6)] = Field(..., description="Seconds from arrival to delivery.")
+
+
+class DiTShape(Strict):
+    """One kind of request a DiT service gets: its resolution, step count, frames, and share of requests."""
+
+    resolution: Union[int, str]
+    steps: Optional[Count(10_000)] = None
+    frames: Optional[Count(MAX_FRAMES)] = None
+    weight: Annotated[Number, Field(gt=0, le=1e9)] = 1.0
+
+    _res = field_validator("resolution")(classmethod(lambda cls, v: _resolution(v)))
+
+
+class DiTWorkload(Workload):
+    """A DiT workload: the arrival process, and the requests' shapes (all the scenario's own when
+    ``shapes`` is not given)."""
+
+    shapes: Optional[Annotated[list[DiTShape], Field(min_length=1, max_length=64)]] = Field(None, description=(
+        "Request shapes {resolution, steps, frames, weight}, drawn per request by weight; steps and frames "
+        "default to the scenario's."))
+
+
 class Kernels(Strict):
     """Achievable efficiency of the fused attention kernel, relative to the GEMM figure.
 
@@ -126,7 +180,7 @@ class Kernels(Strict):
     head_dim_multiple: Count(1024) = 32
 
 
-def _parse_resolution(v) -> tuple[int, int]:
+def parse_resolution(v) -> tuple[int, int]:
     if isinstance(v, bool):
         raise ValueError(f"resolution must be an integer or 'WIDTHxHEIGHT', got {v!r}")
     if isinstance(v, int):
@@ -138,6 +192,14 @@ def _parse_resolution(v) -> tuple[int, int]:
         if len(parts) == 2 and all(p.isdigit() for p in parts):
             return int(parts[0]), int(parts[1])
     raise ValueError(f"resolution must be an integer or 'WIDTHxHEIGHT', got {v!r}")
+
+
+def _resolution(v):
+    """A resolution as given (an int or 'WxH') whose sides are within bounds."""
+    w, h = parse_resolution(v)
+    if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+        raise ValueError(f"each side must be between 1 and {MAX_SIDE} px, got {v!r}")
+    return v
 
 
 def _dit_arch(model: dict):
@@ -163,24 +225,22 @@ class DiTScenario(ScenarioBase):
     parallel: DiTParallel = DiTParallel()
     delivery: Delivery = Delivery()
     kernels: Kernels = Kernels()
-    workload: Workload = Workload(requests=4, arrival="closed", concurrency=1)
+    frames: Optional[Count(MAX_FRAMES)] = Field(None, description=(
+        "Frames of a video model's output (a temporal VAE's 1 + k x compression: Wan's 81 = 1 + 20 x 4)."))
+    serving: DiTServing = DiTServing()
+    slo: Optional[DiTSLO] = None
+    workload: DiTWorkload = DiTWorkload(requests=4, arrival="closed", concurrency=1)
     max_sim_time: Optional[Horizon] = None
 
-    @field_validator("resolution")
-    @classmethod
-    def _res(cls, v):
-        w, h = _parse_resolution(v)
-        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
-            raise ValueError(f"each side must be between 1 and {MAX_SIDE} px, got {v!r}")
-        return v
+    _res = field_validator("resolution")(classmethod(lambda cls, v: _resolution(v)))
 
     @property
     def width(self) -> int:
-        return _parse_resolution(self.resolution)[0]
+        return parse_resolution(self.resolution)[0]
 
     @property
     def height(self) -> int:
-        return _parse_resolution(self.resolution)[1]
+        return parse_resolution(self.resolution)[1]
 
     @property
     def arch(self):
@@ -210,11 +270,6 @@ class DiTScenario(ScenarioBase):
         if p.cfg == 2 and not self.cfg:
             raise ConfigError("parallel.cfg 2 splits the two CFG branches; it needs cfg: true",
                               path="parallel.cfg")
-        cell = arch.vae_downsample * arch.patch_size
-        if self.width % cell or self.height % cell:
-            raise ConfigError(f"resolution {self.width}x{self.height} must be a multiple of "
-                              f"{cell} px (VAE {arch.vae_downsample}x, patch {arch.patch_size})",
-                              path="resolution")
         if arch.heads % p.ulysses:
             raise ConfigError(f"ulysses degree {p.ulysses} does not divide the model's "
                               f"{arch.heads} heads", path="parallel.ulysses")
@@ -224,25 +279,23 @@ class DiTScenario(ScenarioBase):
         if p.pipefusion > arch.num_layers:
             raise ConfigError(f"pipefusion degree {p.pipefusion} exceeds the model's "
                               f"{arch.num_layers} layers", path="parallel.pipefusion")
-        rows = self.height // cell
-        tokens = rows * (self.width // cell)
-        m = p.num_patches
-        if p.pipefusion > 1 and (m > rows or rows % m):
-            raise ConfigError(f"{m} patches do not fit the latent height: {rows} token rows "
-                              f"at {self.height} px must split evenly", path="parallel.patches")
         if p.patches is not None and p.pipefusion == 1 and p.patches != 1:
             raise ConfigError("parallel.patches needs parallel.pipefusion > 1",
                               path="parallel.patches")
-        sp = p.ulysses * p.ring * p.distrifusion
-        if tokens % sp:
-            raise ConfigError(f"{tokens} image tokens do not split over ulysses x ring x "
-                              f"distrifusion = {sp}", path="parallel")
+        _check_shape(arch, p, self.width, self.height, self.steps, self.frames, _OWN_SHAPE)
+        for i, shape in enumerate(self.workload.shapes or ()):
+            w, h = parse_resolution(shape.resolution)
+            at = {k: f"workload.shapes.{i}.{k}" for k in ("resolution", "steps", "frames")}
+            _check_shape(arch, p, w, h, shape.steps or self.steps, shape.frames or self.frames,
+                         {**at, "parallel.patches": at["resolution"], "parallel": at["resolution"],
+                          "parallel.warmup_steps": at["steps"]})
+        s = self.serving
+        if s.preempt and (p.pipefusion > 1 or p.distrifusion > 1):
+            raise ConfigError("serving.preempt needs a layout without pipefusion or distrifusion (their "
+                              "pipelines and stale activations span steps)", path="serving.preempt")
         if p.distrifusion > 1 and p.gpus != p.distrifusion * p.cfg:
             raise ConfigError("distrifusion combines only with cfg parallelism",
                               path="parallel.distrifusion")
-        if p.warmup_steps > self.steps:
-            raise ConfigError(f"warmup_steps {p.warmup_steps} exceeds steps {self.steps}",
-                              path="parallel.warmup_steps")
         if self.delivery.format == "latent" and self.delivery.vae:
             raise ConfigError("delivery.format latent sends the latent: set delivery.vae false",
                               path="delivery.format")
@@ -323,6 +376,51 @@ MAX_SIDE = 16_384
 
 MAX_IMAGES = 100_000
 MAX_IMAGES_IN_FLIGHT = 10_000
+
+
+_OWN_SHAPE = {k: k for k in ("resolution", "steps", "frames", "parallel.patches", "parallel",
+                              "parallel.warmup_steps")}
+"""Where a shape error points for the scenario's own shape (a workload shape maps these keys to its entry)."""
+
+
+def _check_shape(arch, p, width: int, height: int, steps: int, frames, at: dict) -> None:
+    """One request shape against the model and the layout; ``at`` maps each key to its path."""
+    if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):
+        raise ConfigError(f"each side must be between 1 and {MAX_SIDE} px, got {width}x{height}",
+                          path=at["resolution"])
+    cell = arch.vae_downsample * arch.patch_size
+    if width % cell or height % cell:
+        raise ConfigError(f"resolution {width}x{height} must be a multiple of "
+                          f"{cell} px (VAE {arch.vae_downsample}x, patch {arch.patch_size})",
+                          path=at["resolution"])
+    td = arch.vae.temporal_downsample
+    if td > 1 and frames is None:
+        raise ConfigError(f"{arch.name} makes video: set frames (1 + k x {td}, e.g. {1 + 20 * td})",
+                          path=at["frames"])
+    if td == 1 and frames not in (None, 1):
+        raise ConfigError(f"{arch.name} makes images (its VAE has no temporal compression): drop frames",
+                          path=at["frames"])
+    if td > 1 and (frames - 1) % td:
+        raise ConfigError(f"frames {frames} must be 1 + k x {td} (the VAE compresses time {td}x, its first "
+                          f"frame alone): e.g. {1 + (frames - 1) // td * td} or {1 + ((frames - 1) // td + 1) * td}",
+                          path=at["frames"])
+    lf = arch.latent_frames(frames)
+    if lf % arch.patch_frames:
+        raise ConfigError(f"{lf} latent frames do not split into patches of {arch.patch_frames} frames",
+                          path=at["frames"])
+    rows = lf // arch.patch_frames * (height // cell)
+    tokens = rows * (width // cell)
+    m = p.num_patches
+    if p.pipefusion > 1 and (m > rows or rows % m):
+        raise ConfigError(f"{m} patches do not fit the latent height: {rows} token rows "
+                          f"at {height} px must split evenly", path=at["parallel.patches"])
+    sp = p.ulysses * p.ring * p.distrifusion
+    if tokens % sp:
+        raise ConfigError(f"{tokens} image tokens do not split over ulysses x ring x "
+                          f"distrifusion = {sp}", path=at["parallel"])
+    if p.warmup_steps > steps:
+        raise ConfigError(f"warmup_steps {p.warmup_steps} exceeds steps {steps}",
+                          path=at["parallel.warmup_steps"])
 
 
 def _check_dit_workload(w) -> None:

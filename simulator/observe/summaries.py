@@ -291,6 +291,25 @@ class DiTUtilization(_Summary):
     cpu: dict[str, Share]
 
 
+class DiTServingSummary(_Summary):
+    """How a DiT service ran its passes (``pipelines.dit.results.serving_summary``)."""
+
+    policy: str
+    max_batch: int
+    preempt: bool
+    passes: int
+    batch_mean: Optional[float]
+    batch_max: Optional[int]
+    preemptions: int
+    shapes: int
+
+
+class DiTGoodput(_Summary):
+    images_per_s: float
+    slo_attainment: Share
+    slo: dict[Literal["latency_s"], float]
+
+
 class DiTSummary(RunSummary):
     """A DiT run (``kind: dit``); an out-of-memory layout (``status: oom``) states the memory it
     needed and the GPU's, and null metrics."""
@@ -313,6 +332,8 @@ class DiTSummary(RunSummary):
     energy: Optional[Energy] = None
     comm_bytes_per_gpu: Optional[float] = None
     utilization: Optional[DiTUtilization] = None
+    serving: Optional[DiTServingSummary] = None
+    goodput: Optional[DiTGoodput] = None
 
     _breakdown = field_validator("breakdown_share")(_categories(DIT_CATEGORIES))
 

@@ -80,8 +80,9 @@ def merge_ops(ops: Iterable[Op]) -> list[Op]:
 
 # ---- tokens --------------------------------------------------------------------------------
 
-def image_tokens(arch: DiTArch, height_px: int, width_px: int) -> int:
-    """Image tokens of one image: (H/(vae·patch)) x (W/(vae·patch)); 4,096 at 1024² for patch 2.
+def image_tokens(arch: DiTArch, height_px: int, width_px: int, frames: int | None = None) -> int:
+    """Tokens of one sample: (H/(vae·patch)) x (W/(vae·patch)); 4,096 at 1024² for patch 2; a video's
+    times its latent frames over the temporal patch (Wan 2.1 at 832x480, 81 frames: 21 x 30 x 52 = 32,760).
 
     FLUX's 2x2 packing of the 16-channel latent is the same thing as patch 2.
     """
@@ -89,7 +90,7 @@ def image_tokens(arch: DiTArch, height_px: int, width_px: int) -> int:
     if height_px <= 0 or width_px <= 0 or height_px % cell or width_px % cell:
         raise ValueError(f"{arch.name}: image {height_px}x{width_px} px must be a positive "
                          f"multiple of {cell} (VAE x{arch.vae_downsample}, patch {arch.patch_size})")
-    return (height_px // cell) * (width_px // cell)
+    return arch.latent_frames(frames) // arch.patch_frames * (height_px // cell) * (width_px // cell)
 
 
 # ---- transformer blocks --------------------------------------------------------------------
@@ -429,16 +430,17 @@ def text_encoder_params(enc: TextEncoderArch) -> float:
 
 # ---- VAE decoder ---------------------------------------------------------------------------
 
-def _conv(name: str, pixels: int, cin: int, cout: int, ksize: int, dtype: str) -> Op:
-    """A convolution as an implicit GEMM: m = output pixels, n = cout, k = cin·ksize²."""
-    return _linear(name, pixels, cout, cin * ksize * ksize, dtype)
+def _conv(name: str, pixels: int, cin: int, cout: int, ksize: int, dtype: str, depth: int = 1) -> Op:
+    """A convolution as an implicit GEMM: m = output pixels, n = cout, k = cin·ksize²·depth (a 3-D
+    convolution's temporal taps multiply its reduction)."""
+    return _linear(name, pixels, cout, cin * ksize * ksize * depth, dtype)
 
 
-def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str) -> list[Op]:
+def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str, depth: int = 1) -> list[Op]:
     ops = [_eltwise(p + "norm_silu", pixels * cin, pixels * cin, 8, dtype),
-           _conv(p + "conv1", pixels, cin, cout, 3, dtype),
+           _conv(p + "conv1", pixels, cin, cout, 3, dtype, depth),
            _eltwise(p + "norm_silu", pixels * cout, pixels * cout, 8, dtype),
-           _conv(p + "conv2", pixels, cout, cout, 3, dtype)]
+           _conv(p + "conv2", pixels, cout, cout, 3, dtype, depth)]
     if cin != cout:
         ops.append(_conv(p + "shortcut", pixels, cin, cout, 1, dtype))
     ops.append(_eltwise(p + "residual", 2 * pixels * cout, pixels * cout, 1, dtype))
@@ -446,43 +448,54 @@ def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str) -> list[Op]:
 
 
 def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
-                   vae: VAEArch = SD_VAE) -> list[Op]:
+                   vae: VAEArch = SD_VAE, frames: int | None = None) -> list[Op]:
     """AutoencoderKL decoder from the latent to ``height`` x ``width`` RGB, per its structure.
 
     conv_in, a mid block (resnet, single-head attention over all latent pixels, resnet), then
     one up block per level with ``layers_per_block + 1`` resnets and a nearest-2x upsample +
     3x3 conv between levels, then norm and conv_out. Conv FLOPs scale with pixels; the mid
     attention with pixels², which is why 2048² costs 4.6x rather than 4x of 1024².
+
+    A video VAE (``vae.temporal_downsample`` > 1, Wan-VAE's Decoder3d) runs the same levels over every
+    frame with causal 3-D convolutions ``vae.conv_frames`` deep, its mid attention within each frame,
+    and at each level marked in ``temporal_upsample`` a causal 3x1x1 time convolution to twice the
+    channels that doubles the frames after the first (21 latent frames -> 41 -> 81).
     """
     f = vae.downsample
     if height <= 0 or width <= 0 or height % f or width % f:
         raise ValueError(f"VAE decode: {height}x{width} px must be a positive multiple of {f}")
     chans = list(reversed(vae.block_out_channels))
     lat = height // f * (width // f)
-    px = batch * lat
+    t = 1 + ((frames or 1) - 1) // vae.temporal_downsample if vae.video else 1
+    depth = vae.conv_frames
+    px = batch * t * lat
     ops: list[Op] = []
     if vae.quant_conv:
         ops.append(_conv("post_quant_conv", px, vae.latent_channels, vae.latent_channels, 1, dtype))
-    ops.append(_conv("conv_in", px, vae.latent_channels, chans[0], 3, dtype))
+    ops.append(_conv("conv_in", px, vae.latent_channels, chans[0], 3, dtype, depth))
     c = chans[0]
-    ops += _resnet("mid.res0.", px, c, c, dtype)
+    ops += _resnet("mid.res0.", px, c, c, dtype, depth)
     if vae.mid_attention:
         ops += [_eltwise("mid.attn_norm", px * c, px * c, 5, dtype),
                 _linear("mid.attn_qkv", px, 3 * c, c, dtype),
-                _attention("mid.attn", batch, 1, lat, lat, c, dtype),
+                _attention("mid.attn", batch * t, 1, lat, lat, c, dtype),
                 _linear("mid.attn_out", px, c, c, dtype),
                 _eltwise("mid.attn_residual", 2 * px * c, px * c, 1, dtype)]
-    ops += _resnet("mid.res1.", px, c, c, dtype)
+    ops += _resnet("mid.res1.", px, c, c, dtype, depth)
     for level, cout in enumerate(chans):
         for j in range(vae.layers_per_block + 1):
-            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype)
+            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype, depth)
             c = cout
         if level < len(chans) - 1:
+            if vae.temporal_upsample and vae.temporal_upsample[level]:
+                ops.append(_conv(f"up{level}.time_conv", px, c, 2 * c, 1, dtype, 3))
+                px = px // t * (2 * t - 1)
+                t = 2 * t - 1
             ops += [_eltwise(f"up{level}.upsample", px * c, 4 * px * c, 0, dtype),
                     _conv(f"up{level}.upsample_conv", 4 * px, c, c, 3, dtype)]
             px *= 4
     ops += [_eltwise("norm_out_silu", px * c, px * c, 8, dtype),
-            _conv("conv_out", px, c, vae.out_channels, 3, dtype)]
+            _conv("conv_out", px, c, vae.out_channels, 3, dtype, depth)]
     return ops
 
 

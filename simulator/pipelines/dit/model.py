@@ -45,11 +45,13 @@ class DiTModel:
     tokens: int
     stages: list
     link: LinkParams        # the link a stage group's collectives cross (NVLink, else PCIe)
+    images: int = 1         # requests in one denoising pass (serving.max_batch batches them)
     _tasks: dict = field(default_factory=dict)
     _groups: dict = field(default_factory=dict)  # GPU count -> NCCL group, on a node type
 
     @classmethod
-    def build(cls, sc: DiTScenario) -> "DiTModel":
+    def build(cls, sc: DiTScenario, images: int = 1) -> "DiTModel":
+        """The model of ``images`` requests of the scenario's shape in one pass."""
         arch = sc.arch
         gpu = GPU.from_spec(sc.hardware.gpu)
         lay = Layout.build(sc.parallel, sc.steps)
@@ -57,8 +59,8 @@ class DiTModel:
         spec = hw.gpu_link or hw.host_link
         link = LinkParams.from_spec(spec)
         cost = DiTCost.from_kernels(gpu, arch.head_dim, sc.kernels, eager=not hw.cuda_graphs)
-        return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width),
-                   layer_split(arch.num_layers, lay.pp), link)
+        return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width, sc.frames),
+                   layer_split(arch.num_layers, lay.pp), link, images)
 
     def _nccl_groups(self):
         """GPU count -> NCCL's view of the first n GPUs on the node type's topology (None without
@@ -78,7 +80,8 @@ class DiTModel:
 
     @property
     def batch(self) -> int:
-        return self.sc.batch
+        """Samples in one forward per GPU: the pass's requests, each with its CFG pair unless CFG is split."""
+        return self.sc.batch * self.images
 
     @property
     def act_bytes(self) -> int:

@@ -24,8 +24,10 @@ GIB = 2.0 ** 30
 
 REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
                    "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
-                   *CATEGORIES, "completed")
-SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in ("request", "output_bytes", "comm_bytes_per_gpu", "completed"))
+                   "width", "height", "frames", "steps", "batch", "preemptions", *CATEGORIES, "completed")
+_NOT_SECONDS = ("request", "output_bytes", "comm_bytes_per_gpu", "width", "height", "frames", "steps", "batch",
+                "preemptions", "completed")
+SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in _NOT_SECONDS)
 """Request columns in seconds: published as ``<name>_s``."""
 
 
@@ -85,6 +87,25 @@ def _cost_energy(sc: DiTScenario, model, util: dict, wall: float, images: int) -
                          images, images, unit="image")
 
 
+def serving_summary(sc: DiTScenario, batches: list, done: pd.DataFrame) -> dict:
+    """How the service ran its passes: the policy, the batch limit, requests per pass, preemptions."""
+    sizes = np.array([n for _, n in batches], dtype=float)
+    return {"policy": sc.serving.policy, "max_batch": sc.serving.max_batch, "preempt": sc.serving.preempt,
+            "passes": int(sizes.size), "batch_mean": float(sizes.mean()) if sizes.size else None,
+            "batch_max": int(sizes.max()) if sizes.size else None,
+            "preemptions": int(done["preemptions"].sum()) if len(done) else 0,
+            "shapes": len(sc.workload.shapes or ()) or 1}
+
+
+def goodput(sc: DiTScenario, done: pd.DataFrame, span: float) -> dict | None:
+    """Images delivered within ``slo.latency`` per second over the run, and the share of completed ones."""
+    if sc.slo is None:
+        return None
+    good = int((done["latency"].to_numpy(float) <= sc.slo.latency).sum()) if len(done) else 0
+    return {"images_per_s": good / span if span > 0 else 0.0, "slo_attainment": good / max(len(done), 1),
+            "slo": {"latency_s": sc.slo.latency}}
+
+
 def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float, strategy: str) -> dict:
     """The summary dict of a run that fitted in memory (before the health assessment)."""
     lat = done["latency"].to_numpy(float)
@@ -101,6 +122,7 @@ def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float,
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
         "requests_completed": int(len(done)),
         "throughput": {"images_per_s": len(done) / (last_done - first) if last_done > first else 0.0},
+        "goodput": goodput(sc, done, last_done - first),
         "comm_bytes_per_gpu": float(done["comm_bytes_per_gpu"].mean()) if len(done) else None,
         "utilization": {
             "gpu": {k: v for k, v in util.items() if k.startswith("gpu")},

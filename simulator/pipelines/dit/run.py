@@ -6,9 +6,10 @@ import numpy as np
 import simpy
 
 from ...config.dit_models import DiTScenario
-from ...observe.perfetto import trace_events
+from ...observe.perfetto import Counter, trace_events
 from ...observe.result import Result, with_units
 from ...workloads.arrivals import open_loop_arrivals
+from ...workloads.dit_requests import own_shape, request_shapes, shaped
 from ..health import assess, overload_warning, was_cut
 from . import results as R
 from .layout import Layout
@@ -26,20 +27,31 @@ def _run(sim: DiTSim, env: simpy.Environment, sc: DiTScenario, rng: np.random.Ge
     """Start the clients (closed loop) or the arrival source (open loop) and run; the arrival times."""
     wl = sc.workload
     times = open_loop_arrivals(wl, rng)
+    shapes = request_shapes(sc, wl.requests)
     if times is None:
         ids = list(range(wl.requests))
         for c in range(wl.concurrency):
-            env.process(sim.closed_client(ids[c::wl.concurrency]))
+            env.process(sim.closed_client(ids[c::wl.concurrency], shapes))
     else:
-        env.process(sim.open_source(times))
+        env.process(sim.open_source(times, shapes))
     env.run(until=sc.max_sim_time)
     return times
+
+
+def _memory(model: DiTModel, shapes) -> float:
+    """Bytes the busiest GPU needs for the largest pass the service may run: each shape asked for at
+    ``serving.max_batch`` requests."""
+    sc = model.sc
+    n = sc.serving.max_batch
+    kinds = set(shapes) if shapes else {own_shape(sc)}
+    return max(model.memory_per_gpu() if (s == own_shape(sc) and n == 1)
+               else DiTModel.build(shaped(sc, s), n).memory_per_gpu() for s in kinds)
 
 
 def simulate(sc: DiTScenario) -> Result:
     """Run a DiT scenario; a layout that does not fit in memory returns ``status: oom``."""
     model = DiTModel.build(sc)
-    need = model.memory_per_gpu()
+    need = _memory(model, request_shapes(sc, sc.workload.requests))
     if need > model.gpu.memory:
         return R.oom_result(sc, need, model.gpu.memory, label(model.lay.strategies))
     env = simpy.Environment()
@@ -54,11 +66,14 @@ def simulate(sc: DiTScenario) -> Result:
     horizon = float(env.now) if cut else (float(done["done"].max()) if len(done) else 0.0)
     spans = sim.rec.frame()
     summary = R.summary(sc, model, done, sim.rec.utilization(horizon), need, label(model.lay.strategies))
+    summary["serving"] = R.serving_summary(sc, sim.batches, done)
     overload = None
     if times is not None:
         overload = overload_warning(req["arrival"].to_numpy(float), req["done"].to_numpy(float),
                                     req["latency"].to_numpy(float), req["completed"].to_numpy(bool),
                                     unit="images")
     assess(summary, wl.requests, len(done), cut, sc.max_sim_time, [overload], unit="image")
+    counters = [Counter("queue depth", "gpu0", *map(np.array, zip(*sim.queue.depth))),
+                Counter("batch size", "gpu0", *map(np.array, zip(*sim.batches)))] if sim.batches else []
     return Result("dit", sc, summary, with_units(req, R.SECONDS), with_units(bd, ("latency",)), spans,
-                  trace_events(spans) if sc.record_spans else [])
+                  trace_events(spans, counters) if sc.record_spans else [])
