@@ -72,6 +72,7 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "joules_per_output_token": (("energy", "joules_per_output_token"), "J"),  # the GPUs' energy per output token
     "gpu_watts": (("energy", "gpu_watts_mean"), "W"),  # mean power per GPU over the run
     "joules_per_image": (("energy", "joules_per_image"), "J"),  # the GPUs' energy per image (kind: dit)
+    "vae_s": (("breakdown_mean_s", "vae"), "s"),  # a DiT request's VAE decode (kind: dit)
 }
 RATIOS = frozenset({"throughput_ratio", "tpot_ratio", "ttft_ratio", "e2e_ratio"})
 """Metrics that are one case's figure over another's (``relative_to``): speed-ups, reductions."""

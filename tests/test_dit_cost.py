@@ -25,8 +25,9 @@ def within(x: float, ref: float, tol: float) -> bool:
 
 # ---- catalog -------------------------------------------------------------------------------
 
-def test_catalog_has_the_five_models():
-    assert set(DITS) == {"pixart-alpha", "pixart-sigma", "sd3-medium", "flux-1-dev", "dit-xl-2"}
+def test_catalog_has_the_image_and_video_models():
+    assert set(DITS) == {"pixart-alpha", "pixart-sigma", "sd3-medium", "flux-1-dev", "dit-xl-2",
+                         "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "hunyuan-video"}
 
 
 @pytest.mark.parametrize("name", list(CATALOG))
@@ -34,7 +35,7 @@ def test_every_figure_has_a_source(name):
     entry = CATALOG[name]
     covered = set(entry["sources"])
     if "shape" in covered:  # one citation for the whole shape (as in llms.yaml)
-        covered |= {"layers", "hidden", "heads", "head_dim", "ffn", "ffn_kind", "vocab"}
+        covered |= {"layers", "hidden", "heads", "head_dim", "kv_heads", "ffn", "ffn_kind", "vocab"}
     missing = [k for k in entry if k not in ("name", "kind", "sources") and k not in covered]
     assert not missing, f"{name}: no source for {missing}"
 

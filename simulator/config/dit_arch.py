@@ -101,12 +101,18 @@ class TextEncoderArch(_Shape):
     hidden: Dim
     heads: Dim
     head_dim: Dim
+    kv_heads: Optional[Dim] = None           # grouped-query attention (an LLM as encoder): default heads
     ffn: Dim
     ffn_kind: Literal["gated_gelu", "gelu"]  # T5: two input projections; CLIP: one
     vocab: Dim
     tokens: Dim
     params: Params
     sources: dict[str, Any] = {}
+
+    @property
+    def kv_inner(self) -> int:
+        """Width of the K and V projections: kv_heads x head_dim."""
+        return (self.kv_heads or self.heads) * self.head_dim
 
     @classmethod
     def from_dict(cls, d: Mapping, name: str | None = None) -> "TextEncoderArch":
@@ -133,6 +139,7 @@ class VAEArch(_Shape):
     temporal_downsample: Dim = 1
     temporal_upsample: tuple[Flag, ...] = ()
     conv_frames: Dim = 1
+    chunk_latent_frames: Optional[Dim] = None  # latent frames a decoder call takes (None: the whole video)
     params: Params
     sources: dict[str, Any] = {}
 

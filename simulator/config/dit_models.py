@@ -71,6 +71,42 @@ def image_codecs() -> ImageCodecs:
     return ImageCodecs.model_validate(loads_catalog(text))
 
 
+class VideoPreset(Strict):
+    """One encoder preset: CPU seconds per pixel on one thread, the most frame threads gain, and the
+    output's size relative to the codec's default preset."""
+
+    seconds_per_pixel: Number = Field(gt=0)
+    max_speedup: Annotated[Number, Field(ge=1, le=256)]
+    size_factor: Annotated[Number, Field(gt=0, le=100)]
+
+
+class VideoCodec(Strict):
+    """An MP4 video encoder (libx264, libx265): its presets and the output's bits per pixel."""
+
+    encoder: str
+    default_preset: str
+    bits_per_pixel: Annotated[Number, Field(gt=0, le=24)]
+    presets: dict[str, VideoPreset]
+    sources: dict[str, str] = {}
+
+    def preset(self, name: Optional[str]) -> VideoPreset:
+        return self.presets[name or self.default_preset]
+
+
+@lru_cache(maxsize=None)
+def video_codecs() -> dict[str, VideoCodec]:
+    """The shipped video-codec catalog (``catalog/video_codecs.yaml``), validated."""
+    text = (resources.files("simulator.config") / "catalog" / "video_codecs.yaml").read_text()
+    return {k: VideoCodec.model_validate(v) for k, v in loads_catalog(text).items()}
+
+
+def encode_threads(cores: int, height: int) -> float:
+    """Threads x264 starts for a ``height``-pixel video on ``cores`` CPUs: 1.5 per CPU, at most one per two
+    16-pixel macroblock rows (x264 encoder/encoder.c: ``i_threads = cpus * 3 / 2``, ``max_threads =
+    (i_height + 15) / 16 / 2``)."""
+    return max(1.0, min(1.5 * cores, (height + 15) // 16 // 2))
+
+
 # ---- DiT scenario ----------------------------------------------------------------------------
 
 
@@ -110,8 +146,11 @@ class Delivery(Strict):
     """What happens after the last denoising step: VAE, encode format, transport."""
 
     vae: bool = True
-    format: Literal["png", "jpeg", "raw", "latent"] = "png"
+    format: Literal["png", "jpeg", "raw", "latent", "mp4"] = "png"
     compress_level: Optional[Annotated[Int, Field(ge=0, le=9)]] = None
+    video_codec: Literal["h264", "h265"] = "h264"
+    preset: Optional[str] = Field(None, description=(
+        "The video encoder's preset (default the codec's: medium, as diffusers' export_to_video runs it)."))
     base64: bool = False
     response_header_bytes: Annotated[Number, Field(ge=0, le=1e9)] = 200.0
 
@@ -178,6 +217,9 @@ class Kernels(Strict):
 
     attention_efficiency: Fraction = 0.73
     head_dim_multiple: Count(1024) = 32
+    attention: Literal["flash2", "flash3"] = Field("flash2", description=(
+        "The attention kernel: flash2 (the flash-attn package and PyTorch's SDPA flash backend, what diffusers, xDiT "
+        "and the Wan and HunyuanVideo repositories call) or flash3 (Hopper only)."))
 
 
 def parse_resolution(v) -> tuple[int, int]:
@@ -304,6 +346,10 @@ class DiTScenario(ScenarioBase):
                               "set delivery.vae true or format latent", path="delivery.vae")
         if self.delivery.compress_level is not None and self.delivery.format != "png":
             raise ConfigError("compress_level applies to png only", path="delivery.compress_level")
+        _check_video_delivery(arch, self.delivery)
+        if self.kernels.attention == "flash3" and self.hardware.gpu.arch != "hopper":
+            raise ConfigError(f"FlashAttention-3 runs on Hopper GPUs only; the {self.hardware.gpu.name} is "
+                              f"{self.hardware.gpu.arch}: use flash2", path="kernels.attention")
         return self
 
 
@@ -421,6 +467,24 @@ def _check_shape(arch, p, width: int, height: int, steps: int, frames, at: dict)
     if p.warmup_steps > steps:
         raise ConfigError(f"warmup_steps {p.warmup_steps} exceeds steps {steps}",
                           path=at["parallel.warmup_steps"])
+
+
+def _check_video_delivery(arch, d) -> None:
+    """A video model sends mp4 (or raw frames, or the latent); an image model never sends mp4."""
+    if arch.vae.video and d.format in ("png", "jpeg"):
+        raise ConfigError(f"{arch.name} makes video: deliver mp4 (or raw, or latent), not {d.format}",
+                          path="delivery.format")
+    if not arch.vae.video and d.format == "mp4":
+        raise ConfigError(f"{arch.name} makes images: deliver png, jpeg, raw or latent", path="delivery.format")
+    if d.preset is not None:
+        presets = video_codecs()[d.video_codec].presets
+        if d.format != "mp4":
+            raise ConfigError("delivery.preset applies to mp4 only", path="delivery.preset")
+        if d.preset not in presets:
+            close = difflib.get_close_matches(d.preset, list(presets), n=1)
+            raise ConfigError(f"unknown {d.video_codec} preset {d.preset[:40]!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else f"; one of {', '.join(presets)}"),
+                              path="delivery.preset")
 
 
 def _check_dit_workload(w) -> None:

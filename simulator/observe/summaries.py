@@ -325,6 +325,7 @@ class DiTSummary(RunSummary):
     gpu_memory_gib: Optional[float] = None
     latency_s: Optional[Percentiles] = None
     breakdown_share: Optional[dict[str, Share]] = None
+    breakdown_mean_s: Optional[dict[str, Optional[float]]] = None
     last_mile_share: Share = None
     memory_per_gpu_gib: Optional[float] = None
     throughput: Optional[dict[Literal["images_per_s"], Optional[float]]] = None
@@ -335,7 +336,7 @@ class DiTSummary(RunSummary):
     serving: Optional[DiTServingSummary] = None
     goodput: Optional[DiTGoodput] = None
 
-    _breakdown = field_validator("breakdown_share")(_categories(DIT_CATEGORIES))
+    _breakdown = field_validator("breakdown_share", "breakdown_mean_s")(_categories(DIT_CATEGORIES))
 
 
 class TokenPipelineSummary(RunSummary):

@@ -33,6 +33,12 @@ def kernel_catalog() -> dict:
     return catalog.kernels()
 
 
+def attention_fraction(arch: str, kernel: str) -> float | None:
+    """The fraction of peak a FlashAttention forward reaches on ``arch`` where it is measured as a whole
+    (``kernels.yaml`` flash_attention.measured_fraction); None where the GEMM + FP32-softmax model holds."""
+    return kernel_catalog()["flash_attention"]["measured_fraction"].get(arch, {}).get(kernel)
+
+
 def eager_ops(key: str, kind: str | None = None) -> int:
     """Ops dispatched per unit of work (``ops_per_block`` needs the block ``kind``)."""
     e = kernel_catalog()["eager_pytorch"]
@@ -62,11 +68,14 @@ class DiTCost:
     head_dim_multiple: int
     eager: bool
     softmax_flops: float = field(default_factory=_softmax_flops)
+    attention_fraction: float | None = None  # a measured fraction of peak for the kernel on this architecture
 
     @classmethod
-    def from_kernels(cls, gpu: GPU, head_dim: int, kernels, eager: bool) -> "DiTCost":
-        """The cost model under a scenario's ``kernels`` settings (config.dit_models.Kernels)."""
-        return cls(gpu, head_dim, kernels.attention_efficiency, kernels.head_dim_multiple, eager=eager)
+    def from_kernels(cls, gpu: GPU, head_dim: int, kernels, eager: bool, arch: str = "other") -> "DiTCost":
+        """The cost model under a scenario's ``kernels`` settings (config.dit_models.Kernels) on a GPU of
+        architecture ``arch``."""
+        return cls(gpu, head_dim, kernels.attention_efficiency, kernels.head_dim_multiple, eager=eager,
+                   attention_fraction=attention_fraction(arch, kernels.attention))
 
     @property
     def padded_head_dim(self) -> int:
@@ -76,6 +85,8 @@ class DiTCost:
     def attention_scale(self) -> float:
         """FLOP inflation of attention relative to a GEMM of the same FLOPs on this GPU."""
         pad = self.padded_head_dim / self.head_dim
+        if self.attention_fraction is not None:  # the kernel's measured fraction of peak on this architecture
+            return self.gpu.matmul_eff / self.attention_fraction * pad
         if not self.softmax_flops:
             return self.gpu.matmul_eff / self.attention_efficiency * pad
         rate = self.gpu.flops_rate("bf16")

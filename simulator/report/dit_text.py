@@ -19,7 +19,7 @@ def _n(x, spec: str = "", scale: float = 1.0) -> str:
 
 def _pct(x, width: int = 0) -> str:
     """A share as a percentage; ``-`` when undefined (no image completed)."""
-    return f"{"-":>{width}} " if x is None else f"{round(100 * x, 1) + 0.0:>{width}.1f}%"
+    return f"{'-':>{width}} " if x is None else f"{round(100 * x, 1) + 0.0:>{width}.1f}%"
 
 
 def format_dit(result) -> str:

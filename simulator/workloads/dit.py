@@ -397,7 +397,7 @@ def _encoder_ops(enc: TextEncoderArch, batch: int, dtype: str) -> list[Op]:
     p = f"{enc.name}."
     layer = [
         _eltwise(p + "norm", T * D, T * D, 5, dtype),
-        _linear(p + "qkv", T, 3 * inner, D, dtype),
+        _linear(p + "qkv", T, inner + 2 * enc.kv_inner, D, dtype),
         _attention(p + "attn", batch, enc.heads, enc.tokens, enc.tokens, enc.head_dim, dtype),
         _linear(p + "attn_out", T, D, inner, dtype),
         _eltwise(p + "residual", 2 * T * D, T * D, 1, dtype),
@@ -424,7 +424,7 @@ def text_encoder_params(enc: TextEncoderArch) -> float:
     """Encoder parameters derived from its shape (embedding table + layers)."""
     inner = enc.heads * enc.head_dim
     ffn_in = 2 if enc.ffn_kind == "gated_gelu" else 1
-    per_layer = 4 * enc.hidden * inner + (ffn_in + 1) * enc.hidden * enc.ffn
+    per_layer = 2 * enc.hidden * (inner + enc.kv_inner) + (ffn_in + 1) * enc.hidden * enc.ffn
     return float(enc.vocab * enc.hidden + enc.layers * per_layer)
 
 
@@ -436,11 +436,21 @@ def _conv(name: str, pixels: int, cin: int, cout: int, ksize: int, dtype: str, d
     return _linear(name, pixels, cout, cin * ksize * ksize * depth, dtype)
 
 
-def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str, depth: int = 1) -> list[Op]:
+def _cached_conv(name: str, pixels: int, cin: int, cout: int, dtype: str, depth: int, cat: float) -> list[Op]:
+    """A 3x3 convolution ``depth`` frames deep; with a feature cache (``cat`` > 0) its input is first
+    concatenated after the cached frames (torch.cat: ``cat`` input's worth more read and all written)."""
+    conv = _conv(name, pixels, cin, cout, 3, dtype, depth)
+    if not cat:
+        return [conv]
+    moved = pixels * cin * (1 + cat)
+    return [_eltwise(name + ".cache_cat", moved, moved, 0, dtype), conv]
+
+
+def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str, depth: int = 1, cat: float = 0.0) -> list[Op]:
     ops = [_eltwise(p + "norm_silu", pixels * cin, pixels * cin, 8, dtype),
-           _conv(p + "conv1", pixels, cin, cout, 3, dtype, depth),
+           *_cached_conv(p + "conv1", pixels, cin, cout, dtype, depth, cat),
            _eltwise(p + "norm_silu", pixels * cout, pixels * cout, 8, dtype),
-           _conv(p + "conv2", pixels, cout, cout, 3, dtype, depth)]
+           *_cached_conv(p + "conv2", pixels, cout, cout, dtype, depth, cat)]
     if cin != cout:
         ops.append(_conv(p + "shortcut", pixels, cin, cout, 1, dtype))
     ops.append(_eltwise(p + "residual", 2 * pixels * cout, pixels * cout, 1, dtype))
@@ -459,7 +469,10 @@ def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
     A video VAE (``vae.temporal_downsample`` > 1, Wan-VAE's Decoder3d) runs the same levels over every
     frame with causal 3-D convolutions ``vae.conv_frames`` deep, its mid attention within each frame,
     and at each level marked in ``temporal_upsample`` a causal 3x1x1 time convolution to twice the
-    channels that doubles the frames after the first (21 latent frames -> 41 -> 81).
+    channels that doubles the frames after the first (21 latent frames -> 41 -> 81). Decoded
+    ``vae.chunk_latent_frames`` at a time, each 3-D convolution first concatenates the previous chunk's
+    last ``conv_frames - 1`` frames before its input (Wan-VAE's feat_cache, a copy per call: SGLang PR
+    #34125 attributes 0.51 s of a 2.59 s Wan-VAE decode on an H200 to these copies, the convolutions 1.26 s).
     """
     f = vae.downsample
     if height <= 0 or width <= 0 or height % f or width % f:
@@ -468,34 +481,38 @@ def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
     lat = height // f * (width // f)
     t = 1 + ((frames or 1) - 1) // vae.temporal_downsample if vae.video else 1
     depth = vae.conv_frames
+    chunk = vae.chunk_latent_frames if vae.video else None
+    # cached frames over a chunk's own: 2 per latent frame at the lowest level, fewer once time is upsampled
+    cat = lambda: (depth - 1) / chunk if chunk else 0.0  # noqa: E731 - read as the level's chunk changes
     px = batch * t * lat
     ops: list[Op] = []
     if vae.quant_conv:
         ops.append(_conv("post_quant_conv", px, vae.latent_channels, vae.latent_channels, 1, dtype))
-    ops.append(_conv("conv_in", px, vae.latent_channels, chans[0], 3, dtype, depth))
+    ops += _cached_conv("conv_in", px, vae.latent_channels, chans[0], dtype, depth, cat())
     c = chans[0]
-    ops += _resnet("mid.res0.", px, c, c, dtype, depth)
+    ops += _resnet("mid.res0.", px, c, c, dtype, depth, cat())
     if vae.mid_attention:
         ops += [_eltwise("mid.attn_norm", px * c, px * c, 5, dtype),
                 _linear("mid.attn_qkv", px, 3 * c, c, dtype),
                 _attention("mid.attn", batch * t, 1, lat, lat, c, dtype),
                 _linear("mid.attn_out", px, c, c, dtype),
                 _eltwise("mid.attn_residual", 2 * px * c, px * c, 1, dtype)]
-    ops += _resnet("mid.res1.", px, c, c, dtype, depth)
+    ops += _resnet("mid.res1.", px, c, c, dtype, depth, cat())
     for level, cout in enumerate(chans):
         for j in range(vae.layers_per_block + 1):
-            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype, depth)
+            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype, depth, cat())
             c = cout
         if level < len(chans) - 1:
             if vae.temporal_upsample and vae.temporal_upsample[level]:
                 ops.append(_conv(f"up{level}.time_conv", px, c, 2 * c, 1, dtype, 3))
                 px = px // t * (2 * t - 1)
                 t = 2 * t - 1
+                chunk = chunk and 2 * chunk
             ops += [_eltwise(f"up{level}.upsample", px * c, 4 * px * c, 0, dtype),
                     _conv(f"up{level}.upsample_conv", 4 * px, c, c, 3, dtype)]
             px *= 4
     ops += [_eltwise("norm_out_silu", px * c, px * c, 8, dtype),
-            _conv("conv_out", px, c, vae.out_channels, 3, dtype, depth)]
+            *_cached_conv("conv_out", px, c, vae.out_channels, dtype, depth, cat())]
     return ops
 
 

@@ -24,6 +24,11 @@ decoder's last up block (diffusers ResnetBlock2D: its input, the GroupNorm+SiLU 
 output); derived from the decoder's structure (workloads.dit.vae_decode_ops)."""
 
 
+VAE_CACHED_FRAMES = 2
+"""Frames of features a causal video VAE keeps from the previous chunk for its 3-D convolutions (Wan2.1
+wan/modules/vae.py ``CACHE_T = 2``)."""
+
+
 @dataclass(frozen=True)
 class TaskCost:
     """One stage group's task: GPU compute, exposed collective time, bytes each GPU sends."""
@@ -58,7 +63,7 @@ class DiTModel:
         hw = sc.hardware
         spec = hw.gpu_link or hw.host_link
         link = LinkParams.from_spec(spec)
-        cost = DiTCost.from_kernels(gpu, arch.head_dim, sc.kernels, eager=not hw.cuda_graphs)
+        cost = DiTCost.from_kernels(gpu, arch.head_dim, sc.kernels, eager=not hw.cuda_graphs, arch=hw.gpu.arch)
         return cls(sc, arch, gpu, cost, lay, W.image_tokens(arch, sc.height, sc.width, sc.frames),
                    layer_split(arch.num_layers, lay.pp), link, images)
 
@@ -167,8 +172,11 @@ class DiTModel:
         if not sc.delivery.vae:
             return 0.0
         div = self.lay.n_gpus if sc.parallel.vae_parallel else 1
-        return (VAE_WORKSPACE_TENSORS * sc.height * sc.width * self.arch.vae.block_out_channels[0]
-                * self.act_bytes / div)
+        vae = self.arch.vae
+        # a video VAE decodes one latent frame at a time: its chunk's output frames and the cached ones
+        frames = vae.temporal_downsample + VAE_CACHED_FRAMES if vae.video else 1
+        return (VAE_WORKSPACE_TENSORS * frames * sc.height * sc.width * vae.block_out_channels[0]
+                * self.act_bytes * self.images / div)
 
 
 def _model_dispatches(ctx: StageContext) -> int:

@@ -48,6 +48,7 @@ def oom_result(sc: DiTScenario, need: float, have: float, strategy: str) -> Resu
                    "shards the model",
         "memory_key": "parallel",
         "latency_s": stats(np.array([])), "breakdown_share": {c: None for c in CATEGORIES},
+        "breakdown_mean_s": {c: None for c in CATEGORIES},
         "last_mile_share": None, "requests_total": sc.workload.requests, "requests_completed": 0,
         "throughput": {"images_per_s": 0.0},
     }
@@ -118,6 +119,8 @@ def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float,
         **_cost_energy(sc, model, util, last_done, len(done)),
         "kind": "dit", "scenario": sc.name, "status": "ok", **_identity(sc, model.lay.n_gpus, strategy),
         "latency_s": stats(lat), "breakdown_share": share,
+        "breakdown_mean_s": ({c: float(done[c].mean()) for c in CATEGORIES} if len(done)
+                             else {c: None for c in CATEGORIES}),
         "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
         "requests_completed": int(len(done)),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from ...config.dit_models import image_codecs
+from ...config.dit_models import encode_threads, image_codecs, video_codecs
 from ...hardware.collectives import allgather_time
 from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.topology import Topology
@@ -72,7 +72,7 @@ class Pass:
             vae = t
         latent_token_bytes = arch.latent_channels * arch.patch_size ** 2 * arch.patch_frames * m.act_bytes
         return cls(m, m.tokens, latent_token_bytes, te, vae, _output(sc, m.tokens * latent_token_bytes,
-                                                                    m.act_bytes))
+                                                                    m.act_bytes, sc.hardware.cpu_cores))
 
     def step_work(self) -> float:
         """GPU seconds of one synchronous denoising step over every stage (the queue policy's measure)."""
@@ -84,12 +84,20 @@ def _frames(sc) -> int:
     return sc.frames or 1
 
 
-def _output(sc, latent_bytes: float, act_bytes: int) -> tuple[float, float, float]:
-    """(bytes copied to the host, CPU seconds to encode, bytes delivered) of one request's output."""
+def _output(sc, latent_bytes: float, act_bytes: int, cores: int) -> tuple[float, float, float]:
+    """(bytes copied to the host, seconds to encode on the CPU, bytes delivered) of one request's output."""
     px = sc.height * sc.width * _frames(sc)
-    if sc.delivery.format == "latent":
+    d = sc.delivery
+    if d.format == "latent":
         out_bytes = d2h_bytes = latent_bytes
         enc = 0.0
+    elif d.format == "mp4":
+        d2h_bytes = px * RGB * act_bytes
+        codec = video_codecs()[d.video_codec]
+        p = codec.preset(d.preset)
+        # x264's frame threads on the host's cores, up to what the preset gains from them
+        enc = px * p.seconds_per_pixel / min(cores, encode_threads(cores, sc.height), p.max_speedup)
+        out_bytes = px * codec.bits_per_pixel / 8 * p.size_factor
     else:
         d2h_bytes = px * RGB * act_bytes  # decoded tensor copied before uint8 conversion
         c = image_codecs().cost(sc.delivery.format, sc.delivery.compress_level)
