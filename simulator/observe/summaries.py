@@ -319,6 +319,7 @@ class DiTSummary(RunSummary):
     gpu: str
     gpus: int
     resolution: str
+    frames: Optional[int] = None
     steps: int
     strategy: str
     memory_needed_gib: float

@@ -132,11 +132,13 @@ def format_llm(result) -> str:
     return "\n".join(lines)
 
 
-def cost_energy_lines(cost: dict | None, energy: dict | None, unit: str = "output_token") -> list[str]:
-    """The summary's cost and energy, one line (``observe.energy``)."""
+def cost_energy_lines(cost: dict | None, energy: dict | None, unit: str = "output_token",
+                      noun: str = "image") -> list[str]:
+    """The summary's cost and energy, one line (``observe.energy``); a DiT's per-request figures are per
+    ``noun`` (image or video)."""
     parts = []
     if cost and cost.get("usd_per_hour") is not None:
-        per = (f"{_n(cost.get('usd_per_image'), '.4g')} USD per image" if unit == "image"
+        per = (f"{_n(cost.get('usd_per_image'), '.4g')} USD per {noun}" if unit == "image"
                else f"{_n(cost.get('usd_per_mtok_output'), '.3g')} USD per million output tokens")
         parts.append(f"{_n(cost['usd_per_hour'], '.4g')} USD/h ({cost['price_source']}), {per}")
     elif cost is not None:
@@ -144,7 +146,7 @@ def cost_energy_lines(cost: dict | None, energy: dict | None, unit: str = "outpu
     if energy:
         per = energy.get("joules_per_image") if unit == "image" else energy.get("joules_per_output_token")
         parts.append(f"{_n(energy['gpu_watts_mean'], '.0f')} W per GPU, {_n(per, '.3g')} J per "
-                     f"{'image' if unit == 'image' else 'output token'} (GPUs), {_n(energy['kwh'], '.3g')} kWh in all"
+                     f"{noun if unit == 'image' else 'output token'} (GPUs), {_n(energy['kwh'], '.3g')} kWh in all"
                      + (" (power-capped)" if energy["power_capped"] else ""))
     return [f"  cost: {'; energy: '.join(parts)}"] if parts else []
 

@@ -34,7 +34,7 @@ SECONDS = tuple(c for c in REQUEST_COLUMNS if c not in _NOT_SECONDS)
 def _identity(sc: DiTScenario, gpus: int, strategy: str) -> dict:
     """What the run is: model, GPU, layout, image and steps (the same keys whether it ran or not)."""
     return {"model": sc.arch.name, "gpu": sc.hardware.gpu.name, "gpus": gpus,
-            "resolution": f"{sc.width}x{sc.height}", "steps": sc.steps, "strategy": strategy}
+            "resolution": f"{sc.width}x{sc.height}", "frames": sc.frames, "steps": sc.steps, "strategy": strategy}
 
 
 def oom_result(sc: DiTScenario, need: float, have: float, strategy: str) -> Result:
