@@ -61,7 +61,7 @@ def test_an_image_vae_is_unchanged_by_the_video_terms():
 def test_mp4_encode_is_pixels_times_the_presets_cost_over_its_threads():
     sc = wan(delivery={"vae": True, "format": "mp4", "preset": "veryfast"})
     ps = Pass.build(DiTModel.build(sc))
-    d2h, enc, out = ps.output
+    d2h, ipc, enc, out = ps.output
     px = 832 * 480 * 81
     p = video_codecs()["h264"].presets["veryfast"]
     cores = sc.hardware.cpu_cores
@@ -111,3 +111,14 @@ def test_bad_video_settings_name_their_key(override, path, words):
     with pytest.raises(ConfigError) as exc:
         wan(**override)
     assert exc.value.path == path and words in exc.value.message
+
+
+def test_each_ipc_hop_pickles_and_unpickles_the_float32_frames_into_the_last_mile():
+    from simulator.pipelines.dit.sim import PICKLE_IPC_RATE
+
+    base = simulate(wan()).breakdown.iloc[0]
+    two = simulate(wan(delivery={"vae": True, "format": "mp4", "ipc_hops": 2})).breakdown.iloc[0]
+    px = 832 * 480 * 81
+    assert base["ipc"] == 0.0
+    assert two["ipc"] == pytest.approx(2 * 2 * px * 3 * 4 / PICKLE_IPC_RATE, rel=1e-12)
+    assert two["latency_s"] - base["latency_s"] == pytest.approx(two["ipc"], rel=1e-9)

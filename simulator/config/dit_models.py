@@ -152,6 +152,9 @@ class Delivery(Strict):
     preset: Optional[str] = Field(None, description=(
         "The video encoder's preset (default the codec's: medium, as diffusers' export_to_video runs it)."))
     base64: bool = False
+    ipc_hops: Annotated[Int, Field(ge=0, le=8)] = Field(0, description=(
+        "Process boundaries the decoded output crosses, pickled, before it is encoded (vLLM-Omni before PR #1715: "
+        "2, worker to engine core to API server; diffusers, xDiT, SGLang: 0)."))
     response_header_bytes: Annotated[Number, Field(ge=0, le=1e9)] = 200.0
 
 

@@ -19,8 +19,8 @@ LLM_CATEGORIES = ("queue", "schedule", "prefill", "kv_transfer", "decode", "comm
 # be read), and streaming (the SSE chunk, its write and the network to the client).
 LLM_LAST_MILE = ("d2h", "detokenize", "output", "ipc", "stream")
 
-DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "encode", "deliver")
-DIT_LAST_MILE = ("d2h", "encode", "deliver")
+DIT_CATEGORIES = ("queue", "text_encode", "denoise", "comm", "bubble", "vae", "d2h", "ipc", "encode", "deliver")
+DIT_LAST_MILE = ("d2h", "ipc", "encode", "deliver")
 
 # What each CPU task label of the LLM serving stack is, as an activity of the breakdown: a step's
 # scheduling that waits on its process (a shared GIL) behind these tasks waits on that activity.

@@ -418,7 +418,7 @@ class PipelineLLMSummary(_Summary):
 
 class PipelineDiTSummary(_Summary):
     """One dit resource of a pipeline: its images as the DiT deployment saw them (handed to it to
-    delivered), with the DiT kind's nine categories and last mile."""
+    delivered), with the DiT kind's categories and last mile."""
 
     calls: int
     calls_completed: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..observe.records import DIT_CATEGORIES
+from ..observe.records import DIT_CATEGORIES, DIT_LAST_MILE
 from ..units import fmt_time
 from .text import cost_energy_lines
 
@@ -44,7 +44,7 @@ def format_dit(result) -> str:
     for c in DIT_CATEGORIES:
         mean = _t(float(bd[c].mean())) if len(bd) else "-"
         lines.append(f"{c:<12} {mean:>10} {_pct(s['breakdown_share'][c], 6)}")
-    lines.append(f"last mile (d2h + encode + deliver): {_pct(s['last_mile_share'])} of latency")
+    lines.append(f"last mile ({' + '.join(DIT_LAST_MILE)}): {_pct(s['last_mile_share'])} of latency")
     gpu_util = s.get("utilization", {}).get("gpu", {})
     if gpu_util:
         lines.append("GPU utilization: " + "  ".join(f"{k} {_n(v, '.0f', 100)}%"

@@ -1,6 +1,6 @@
 """A DiT run's outputs: the per-request frame, the summary dict, and the OOM result.
 
-Each request's latency splits into ``queue, text_encode, denoise, comm, bubble, vae, d2h,
+Each request's latency splits into ``queue, text_encode, denoise, comm, bubble, vae, d2h, ipc,
 encode, deliver``. Over the denoising phase of wall time D on n GPUs, ``denoise`` is the mean
 GPU compute time, ``comm`` the mean exposed communication time, ``bubble`` the rest
 (D - denoise - comm): the phase's idle device time, per GPU.
@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...config.dit_models import DiTScenario
 from ...observe import energy
-from ...observe.records import DIT_CATEGORIES
+from ...observe.records import DIT_CATEGORIES, DIT_LAST_MILE
 from ...observe.result import Result, with_units
 from ...observe.stats import stats
 
@@ -23,7 +23,7 @@ CATEGORIES = DIT_CATEGORIES  # defined once, with the record schemas
 GIB = 2.0 ** 30
 
 REQUEST_COLUMNS = ("request", "arrival", "start", "denoise_start", "denoise_end", "vae_end", "d2h_end",
-                   "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
+                   "ipc_end", "encode_end", "done", "latency", "output_bytes", "comm_bytes_per_gpu",
                    "width", "height", "frames", "steps", "batch", "preemptions", *CATEGORIES, "completed")
 _NOT_SECONDS = ("request", "output_bytes", "comm_bytes_per_gpu", "width", "height", "frames", "steps", "batch",
                 "preemptions", "completed")
@@ -121,7 +121,7 @@ def summary(sc: DiTScenario, model, done: pd.DataFrame, util: dict, need: float,
         "latency_s": stats(lat), "breakdown_share": share,
         "breakdown_mean_s": ({c: float(done[c].mean()) for c in CATEGORIES} if len(done)
                              else {c: None for c in CATEGORIES}),
-        "last_mile_share": (share["d2h"] + share["encode"] + share["deliver"]) if len(done) else None,
+        "last_mile_share": sum(share[c] for c in DIT_LAST_MILE) if len(done) else None,
         "memory_per_gpu_gib": need / GIB, "memory_needed_gib": need / GIB,
         "requests_completed": int(len(done)),
         "throughput": {"images_per_s": len(done) / (last_done - first) if last_done > first else 0.0},

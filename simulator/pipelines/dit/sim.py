@@ -8,7 +8,7 @@ or non-pipelined steps, one patch per task in PipeFusion's pipelined steps), wai
 CFG branches), and records a span per task on every member GPU's track. Collectives inside a group
 are priced per task by the strategies (:mod:`.strategies`), so events scale with patches x stages,
 not layers. After the VAE the GPUs take the next pass while each request's own last mile (copy to
-the host, encode on the CPU, deliver) runs.
+the host, pass between processes, encode on the CPU, deliver) runs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ RGB = 3
 """Channels of the decoded image."""
 BASE64_INFLATION = 4.0 / 3.0
 """Base64 encodes 3 bytes as 4 characters (RFC 4648)."""
+PICKLE_IPC_RATE = 1280 * 720 * 80 * RGB * 4 / 1.50757
+"""Bytes per second a decoded video tensor is pickled into a multiprocessing queue (and unpickled out of
+it): vLLM-Omni issue #1712 logs ``result_mq.enqueue took 1507.57 ms`` for a 720P 80-frame float32 video
+(Wan2.2-I2V-A14B); two such hops, each pickled and unpickled, are 6.0 s at this rate against the ~6.5 s
+of IPC serialization PR #1715 removed (37.5 s -> 31.0 s end to end)."""
+IPC_BYTES_PER_CHANNEL = 4
+"""The decoded frames cross processes as float32 (vLLM-Omni PR #5712: 2.09 GB of shared memory for a
+720p 189-frame video whose uint8 frames are 0.52 GB)."""
 
 
 @dataclass
@@ -55,7 +63,7 @@ class Pass:
     latent_token_bytes: float
     te_time: float
     vae_time: float
-    output: tuple[float, float, float]
+    output: tuple[float, float, float, float]
 
     @classmethod
     def build(cls, m: DiTModel) -> "Pass":
@@ -84,10 +92,13 @@ def _frames(sc) -> int:
     return sc.frames or 1
 
 
-def _output(sc, latent_bytes: float, act_bytes: int, cores: int) -> tuple[float, float, float]:
-    """(bytes copied to the host, seconds to encode on the CPU, bytes delivered) of one request's output."""
+def _output(sc, latent_bytes: float, act_bytes: int, cores: int) -> tuple[float, float, float, float]:
+    """(bytes copied to the host, seconds to pass it between processes, seconds to encode on the CPU, bytes
+    delivered) of one request's output."""
     px = sc.height * sc.width * _frames(sc)
     d = sc.delivery
+    ipc_bytes = latent_bytes if d.format == "latent" else px * RGB * IPC_BYTES_PER_CHANNEL
+    ipc = d.ipc_hops * 2 * ipc_bytes / PICKLE_IPC_RATE  # each hop pickled on one side, unpickled on the other
     if d.format == "latent":
         out_bytes = d2h_bytes = latent_bytes
         enc = 0.0
@@ -105,7 +116,7 @@ def _output(sc, latent_bytes: float, act_bytes: int, cores: int) -> tuple[float,
         out_bytes = px * RGB * c.size_ratio
     if sc.delivery.base64:
         out_bytes *= BASE64_INFLATION
-    return d2h_bytes, enc, out_bytes + sc.delivery.response_header_bytes
+    return d2h_bytes, ipc, enc, out_bytes + sc.delivery.response_header_bytes
 
 
 class DiTSim:
@@ -336,12 +347,17 @@ class DiTSim:
             j.served.succeed()
 
     def _last_mile(self, job: Job, ps: Pass):
-        """Copy the output to the host, encode it on the CPU, deliver it; record the request's row."""
+        """Copy the output to the host, pass it between processes, encode it on the CPU, deliver it; record
+        the request's row."""
         env, sc, rid = self.env, ps.model.sc, job.rid
         t_vae = env.now
-        d2h_bytes, enc, out_bytes = ps.output
+        d2h_bytes, ipc, enc, out_bytes = ps.output
         yield self.topo.d2h(0, d2h_bytes, f"r{rid} d2h")
         t_d2h = env.now
+        if ipc > 0:
+            _, end = self.cpu.submit(env.now, ipc, f"r{rid} ipc")
+            yield env.timeout(end - env.now)
+        t_ipc = env.now
         if enc > 0:
             _, end = self.cpu.submit(env.now, enc, f"r{rid} encode {sc.delivery.format}")
             yield env.timeout(end - env.now)
@@ -351,14 +367,15 @@ class DiTSim:
         t_done = env.now
         self.rows.append({
             "request": rid, "arrival": job.arrival, "start": job.start, "denoise_start": job.denoise_start,
-            "denoise_end": job.denoise_end, "vae_end": t_vae, "d2h_end": t_d2h, "encode_end": t_enc,
+            "denoise_end": job.denoise_end, "vae_end": t_vae, "d2h_end": t_d2h, "ipc_end": t_ipc, "encode_end": t_enc,
             "done": t_done, "latency": t_done - job.arrival, "output_bytes": out_bytes,
             "comm_bytes_per_gpu": job.comm_bytes, "width": job.shape.width, "height": job.shape.height,
             "frames": job.shape.frames or 1, "steps": job.shape.steps, "batch": job.batch,
             "preemptions": job.preemptions,
             "queue": job.queue, "text_encode": job.text_encode, "denoise": job.denoise,
             "comm": job.comm, "bubble": job.phase - job.denoise - job.comm, "vae": job.vae,
-            "d2h": t_d2h - t_vae, "encode": t_enc - t_d2h, "deliver": t_done - t_enc, "completed": True,
+            "d2h": t_d2h - t_vae, "ipc": t_ipc - t_d2h, "encode": t_enc - t_ipc, "deliver": t_done - t_enc,
+            "completed": True,
         })
 
     def closed_client(self, ids, shapes=None):

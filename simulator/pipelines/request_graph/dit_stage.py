@@ -5,8 +5,8 @@ and request that names it.
 
 The deployment is a :class:`~simulator.pipelines.dit.sim.DiTSim` built on the run's environment;
 it renders one image at a time (its server), so images queue for it. A stage hands its image to it
-when the stage becomes ready and ends when the image is delivered; the image's nine DiT
-categories (queue, text_encode, denoise, comm, bubble, vae, d2h, encode, deliver) are kept per call.
+when the stage becomes ready and ends when the image is delivered; the image's ten DiT
+categories (queue, text_encode, denoise, comm, bubble, vae, d2h, ipc, encode, deliver) are kept per call.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class DiTDeployment:
         run.finish(rid, s)
 
     def outcome(self, cut: bool) -> dict:
-        """Its images' summary (latency, the nine DiT categories, last mile), each image's categories
+        """Its images' summary (latency, the DiT categories, last mile), each image's categories
         indexed by image id, and its spans and busy time under the resource's name."""
         import pandas as pd
 
