@@ -236,11 +236,24 @@ def test_allreduce_uses_measured_nccl_busbw_on_nvlink3_only():
     slow = load_scenario({"hardware": {"gpu": "a100-sxm-80g", "gpu_link": {"base": "nvlink3", "bandwidth": "100 GB/s"}}})
     assert slow.hardware.gpu_link.allreduce_bandwidth == pytest.approx(88e9)  # never faster than the link
 
-def test_unfused_elementwise_census_only_for_diffusers_basic_blocks():
+def test_unfused_elementwise_census_per_block_kind_and_eager_code():
     from simulator.pipelines.dit_cost import unfused
 
     assert unfused("extra_passes_per_block", "cross") == 16
     assert unfused("extra_passes_per_block", "self") == 14
-    assert unfused("extra_passes_per_block", "joint") == 0
-    assert unfused("extra_passes_per_block", "single") == 0
+    assert unfused("extra_passes_per_block", "joint") == 14
+    assert unfused("extra_passes_per_block", "single") == 8
     assert unfused("tp_bias_passes_per_split_module") == 2
+    assert unfused("rope_passes", "diffusers") == 48 and unfused("qk_norm_passes", "wan") == 32
+
+
+def test_the_fp32_rotary_and_qk_norm_passes_cost_their_bytes_per_layer_split_by_tp():
+    """A step's unfused element-wise op grows by (rope + qk-norm passes) x layers x b·q·hidden bytes, over tp."""
+    from simulator.pipelines.dit.model import _qk_passes
+
+    a = arch("flux-1-dev")
+    assert _qk_passes(a, 57, 1) == 57 * (48 + 30)
+    assert _qk_passes(a, 57, 4) == 57 * (48 + 30) / 4
+    plain = a.model_copy(update={"rope": False, "qk_norm": False})
+    assert _qk_passes(plain, 57, 1) == 0
+    assert _qk_passes(arch("wan2.1-t2v-14b"), 40, 1) == 40 * (56 + 32)

@@ -11,7 +11,8 @@ graph gap (1 us) in place of a flat 4 us per kernel; the scenarios run here with
 of the time (``GPU_THEN``, ``H100_THEN``), so these figures still guard the refactor alone. The
 causal token pipeline's LLM step became vLLM V1's kernel list with paged decode attention (issue
 11): its figure moved from 1.0853078470873934 s by -0.08%. Issue 28 gave FlashAttention-2 on Hopper its
-measured fraction of peak (35%); the H100 scenarios run here without it.
+measured fraction of peak (35%) and a census of the eager element-wise passes of diffusers' SD3/FLUX
+blocks and of the FP32 rotary embeddings and q/k norms; the scenarios run here without them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from simulator.config.loader import load_scenario
+from simulator.pipelines.dit import model as model_module
 from simulator.pipelines.dit import simulate as simulate_dit
 from simulator.pipelines.token_pipeline import simulate as simulate_token
 
@@ -58,7 +60,12 @@ H100_THEN = {**GPU_THEN, "hardware.gpu.achievable.hbm": 0.834, "hardware.gpu.gem
 def test_dit_scenario_figures_are_unchanged(name, monkeypatch):
     latency, memory_gib, comm_bytes, strategy = PRE_REFACTOR[name]
     # the catalog then had no measured FlashAttention fraction per architecture (issue 28's Hopper figure)
+    # and no census of the SD3/FLUX blocks' or the FP32 rotary embedding's and q/k norms' eager passes
     monkeypatch.setattr("simulator.pipelines.dit_cost.attention_fraction", lambda arch, kernel: None)
+    monkeypatch.setattr("simulator.pipelines.dit.model._qk_passes", lambda arch, layers, tp: 0)
+    census = model_module.unfused
+    monkeypatch.setattr(model_module, "unfused",
+                        lambda key, kind=None: 0 if kind in ("joint", "single") else census(key, kind))
     s = simulate_dit(load_scenario(SCENARIOS / name, H100_THEN if "h100" in name else GPU_THEN)).summary
     assert s["latency_s"]["mean"] == pytest.approx(latency, rel=1e-9, abs=0)
     assert s["memory_per_gpu_gib"] == pytest.approx(memory_gib, rel=1e-9, abs=0)

@@ -199,6 +199,8 @@ class DiTArch(_Shape):
     guidance_embed: Flag = False
     qk_norm: Flag = False
     rope: Flag = False
+    # the published eager code whose element-wise passes (FP32 rotary embedding, q/k norms) a block runs
+    eager_code: Literal["diffusers", "wan", "hunyuanvideo"] = "diffusers"
     context_pre_only_last: Flag = False
     num_classes: Dim0 = 0
     text_encoders: tuple[TextEncoderArch, ...] = ()

@@ -124,7 +124,8 @@ class DiTModel:
             work.cpu_ops += sum(unfused("uncached_cross_ops_per_block") for k in ctx.kinds if k == "cross")
         # diffusers BasicTransformerBlock's separate element-wise kernels (kernels.yaml
         # diffusers_unfused) on this GPU's b x q tokens, with what the strategies add
-        passes = sum(unfused("extra_passes_per_block", k) for k in ctx.kinds) + work.eltwise_passes
+        passes = (sum(unfused("extra_passes_per_block", k) for k in ctx.kinds) + work.eltwise_passes
+                  + _qk_passes(self.arch, len(ctx.kinds), self.lay.tensor))
         ops = list(ctx.stage_ops)
         if passes:
             x = ctx.batch * ctx.q * self.arch.hidden
@@ -177,6 +178,14 @@ class DiTModel:
         frames = vae.temporal_downsample + VAE_CACHED_FRAMES if vae.video else 1
         return (VAE_WORKSPACE_TENSORS * frames * sc.height * sc.width * vae.block_out_channels[0]
                 * self.act_bytes * self.images / div)
+
+
+def _qk_passes(arch, layers: int, tp: int) -> float:
+    """Element-wise passes the eager code's FP32 rotary embedding and q/k norms add over ``layers`` blocks
+    (kernels.yaml diffusers_unfused rope_passes, qk_norm_passes), on this GPU's share of q and k."""
+    per_layer = ((unfused("rope_passes", arch.eager_code) if arch.rope else 0)
+                 + (unfused("qk_norm_passes", arch.eager_code) if arch.qk_norm else 0))
+    return layers * per_layer / tp
 
 
 def _model_dispatches(ctx: StageContext) -> int:
