@@ -131,3 +131,39 @@ def test_bad_serving_settings_name_their_key(override, path):
     with pytest.raises(ConfigError) as exc:
         dit(**override)
     assert exc.value.path == path
+
+
+def test_a_dit_trace_sets_each_requests_arrival_and_shape(tmp_path):
+    trace = tmp_path / "images.csv"
+    trace.write_text("height,arrived_at,width,steps\n512,0,512,4\n256,0.25,256,2\n512,0.5,512,4\n")
+    res = simulate(dit(workload={"requests": 3, "arrival": "trace", "trace": str(trace), "trace_time_scale": 2.0}))
+    req = res.requests.sort_index()
+    assert list(req["arrival_s"]) == [0.0, 0.5, 1.0]
+    assert list(req["width"]) == [512, 256, 512] and list(req["steps"]) == [4, 2, 4]
+    assert res.summary["serving"]["shapes"] == 2
+
+
+@pytest.mark.parametrize("text, words", [
+    ("arrived_at,width\n0,512\n", "lacks column(s) height"),
+    ("arrived_at,width,height\n0,512,500\n", "row 2: resolution 512x500 must be a multiple of 16"),
+    ("arrived_at,width,height\n0,512,512\n1,512,0\n", "row 3: height must be a whole number"),
+    ("arrived_at,width,height\n1,512,512\n0,512,512\n", "row 3: arrived_at must be non-negative and non-decreasing"),
+    ("arrived_at,width,height,steps\n0,512,512,x\n", "row 2: steps = 'x' is not a number"),
+])
+def test_a_bad_dit_trace_names_its_row(tmp_path, text, words):
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        dit(workload={"requests": 1, "arrival": "trace", "trace": str(trace)})
+    assert exc.value.path == "workload.trace" and words in exc.value.message
+
+
+def test_a_dit_trace_needs_enough_rows_and_no_shapes_beside_it(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,width,height\n0,512,512\n")
+    with pytest.raises(ConfigError) as exc:
+        dit(workload={"requests": 2, "arrival": "trace", "trace": str(trace)})
+    assert exc.value.path == "workload.requests"
+    with pytest.raises(ConfigError) as exc:
+        dit(workload={"requests": 1, "arrival": "trace", "trace": str(trace), "shapes": [{"resolution": 512}]})
+    assert exc.value.path == "workload.shapes"

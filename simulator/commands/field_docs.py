@@ -321,6 +321,8 @@ FIELD_DOCS: dict[str, str] = {
     "DiTServing.preempt": "Requeue the running pass at a step boundary when a waiting request ranks ahead of it.",
     "DiTScenario.slo": "The latency objective a request must meet for goodput.",
     "DiTSLO.latency": "Seconds from arrival to delivery.",
+    "DiTWorkload.trace": "A DiT request trace, relative to the scenario file: a CSV of arrived_at (s), width and height "
+                         "(px), and optionally steps and frames (with workload.arrival: trace).",
     "DiTWorkload.shapes": "Request shapes drawn per request by weight (default: every request the scenario's own).",
     "DiTShape.resolution": "The request's image size: pixels per side, or 'WIDTHxHEIGHT'.",
     "DiTShape.steps": "Its denoising steps (default: the scenario's).",

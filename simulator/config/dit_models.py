@@ -201,11 +201,18 @@ class DiTShape(Strict):
 
 class DiTWorkload(Workload):
     """A DiT workload: the arrival process, and the requests' shapes (all the scenario's own when
-    ``shapes`` is not given)."""
+    neither ``shapes`` nor a trace gives them); a trace (``config.dit_trace``) sets both."""
 
     shapes: Optional[Annotated[list[DiTShape], Field(min_length=1, max_length=64)]] = Field(None, description=(
         "Request shapes {resolution, steps, frames, weight}, drawn per request by weight; steps and frames "
         "default to the scenario's."))
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.shapes is not None and self.trace:
+            raise ConfigError("a DiT trace gives each request's shape: drop workload.shapes or workload.trace",
+                              path="workload.shapes")
+        return self
 
 
 class Kernels(Strict):
@@ -278,6 +285,13 @@ class DiTScenario(ScenarioBase):
     max_sim_time: Optional[Horizon] = None
 
     _res = field_validator("resolution")(classmethod(lambda cls, v: _resolution(v)))
+
+    def check_trace(self) -> None:
+        """The loader's check of ``workload.trace``: a DiT request trace, each shape against the model and layout."""
+        from .dit_trace import check_dit_trace
+
+        arch, p = _dit_arch(self.model), self.parallel
+        check_dit_trace(self, lambda w, h, steps, frames: _check_shape(arch, p, w, h, steps, frames, _OWN_SHAPE))
 
     @property
     def width(self) -> int:

@@ -416,9 +416,13 @@ def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping
         except RecursionError:
             raise ConfigError("nested too deeply") from None
         if getattr(getattr(scenario, "workload", None), "trace", None):
-            from .trace import check_trace  # reads the trace: loaded only when there is one
+            own = getattr(scenario, "check_trace", None)  # a kind with a trace format of its own
+            if own is not None:
+                own()
+            else:
+                from .trace import check_trace  # reads the trace: loaded only when there is one
 
-            check_trace(scenario)
+                check_trace(scenario)
     except ConfigError as exc:
         if resolver is not None:
             exc = _in_profile(exc, resolver.origins)

@@ -95,18 +95,22 @@ class TraceRows:
         return TraceRows(*columns, offsets, self.hash_ids[:offsets[-1]].copy())
 
 
-def _format(p: Path, names: list[str]) -> tuple[str, tuple[str, ...]]:
-    """The trace format a header names (``FORMATS``), or a one-line error naming what it lacks."""
-    for fmt, cols in FORMATS.items():
+def _format(p: Path, names: list[str], formats: dict) -> tuple[str, tuple[str, ...]]:
+    """The trace format a header names (the first of ``formats`` whose columns it has), or a one-line
+    error naming what the first format lacks."""
+    for fmt, cols in formats.items():
         if all(c in names for c in cols):
             return fmt, cols
-    missing = [c for c in COLUMNS if c not in names]
-    others = "; or ".join(", ".join(cols) for fmt, cols in FORMATS.items() if fmt != "vidur")
-    raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)} (or {others})")
+    first, *rest = formats.values()
+    missing = [c for c in first if c not in names]
+    others = "; or ".join(", ".join(cols) for cols in rest)
+    raise _fail(p, None, f"lacks column(s) {', '.join(missing)}; expected {', '.join(first)}"
+                         + (f" (or {others})" if others else ""))
 
 
-def _read_columns(p: Path) -> tuple[list[list[str]], int, str]:
-    """The text of the trace's three columns, row by row, the number of rows and the trace's format."""
+def _read_columns(p: Path, formats: dict = FORMATS) -> tuple[list[list[str]], int, str]:
+    """The text of the columns of the trace's format (the first of ``formats`` its header has), row by
+    row, the number of rows and that format."""
     try:
         with p.open(encoding="utf-8-sig", newline="") as f:  # a byte-order mark is not part of the header
             reader = csv.reader(f)
@@ -114,7 +118,7 @@ def _read_columns(p: Path) -> tuple[list[list[str]], int, str]:
             if header is None or not any(h.strip() for h in header):
                 raise _fail(p, None, "is not a readable CSV (no header line)")
             names = [h.strip() for h in header]
-            fmt, columns = _format(p, names)
+            fmt, columns = _format(p, names, formats)
             where = [names.index(c) for c in columns]
             width = len(names)
             rows = list(filter(None, reader))  # a blank line is skipped, as pandas skips it
@@ -321,16 +325,22 @@ def read_trace(path: str | Path, *, limit: int | None = None) -> TraceRows:
     """Load and check a trace (cached per file version); any problem is a ConfigError naming the file and row.
 
     ``limit``: only the first rows are returned (all rows are checked)."""
+    p, st = trace_file(path)
+    return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).head(limit)
+
+
+def trace_file(path: str | Path):
+    """The trace's path and its ``stat`` (its version, for the caches), or a one-line error where it is no
+    readable regular file."""
     p = Path(path)
     shown = show_path(p)
     try:
         if not p.is_file():
             what = "is not a regular file (a folder, a device or a pipe)" if p.exists() else "does not exist"
             raise ConfigError(f"trace file {shown!r} {what}", path=KEY)
-        st = p.stat()
+        return p, p.stat()
     except OSError as exc:  # a name too long for the file system, a folder without permission, ...
         raise ConfigError(f"trace file {shown!r} cannot be read ({exc.strerror or exc})", path=KEY) from None
-    return _read_checked(str(p.resolve()), st.st_mtime_ns, st.st_size).head(limit)
 
 
 def workload_rows(workload, limit: int | None = None) -> TraceRows:

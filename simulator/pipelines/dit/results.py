@@ -89,13 +89,14 @@ def _cost_energy(sc: DiTScenario, model, util: dict, wall: float, images: int) -
 
 
 def serving_summary(sc: DiTScenario, batches: list, done: pd.DataFrame) -> dict:
-    """How the service ran its passes: the policy, the batch limit, requests per pass, preemptions."""
+    """How the service ran its passes: the policy, the batch limit, requests per pass, preemptions, and the
+    distinct request shapes it served."""
     sizes = np.array([n for _, n in batches], dtype=float)
     return {"policy": sc.serving.policy, "max_batch": sc.serving.max_batch, "preempt": sc.serving.preempt,
             "passes": int(sizes.size), "batch_mean": float(sizes.mean()) if sizes.size else None,
             "batch_max": int(sizes.max()) if sizes.size else None,
             "preemptions": int(done["preemptions"].sum()) if len(done) else 0,
-            "shapes": len(sc.workload.shapes or ()) or 1}
+            "shapes": int(len(done[["width", "height", "frames", "steps"]].drop_duplicates())) if len(done) else 0}
 
 
 def goodput(sc: DiTScenario, done: pd.DataFrame, span: float) -> dict | None:

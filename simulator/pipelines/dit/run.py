@@ -8,8 +8,7 @@ import simpy
 from ...config.dit_models import DiTScenario
 from ...observe.perfetto import Counter, trace_events
 from ...observe.result import Result, with_units
-from ...workloads.arrivals import open_loop_arrivals
-from ...workloads.dit_requests import own_shape, request_shapes, shaped
+from ...workloads.dit_requests import dit_arrivals, own_shape, request_shapes, shaped
 from ..health import assess, overload_warning, was_cut
 from . import results as R
 from .layout import Layout
@@ -26,7 +25,7 @@ def strategy_name(sc: DiTScenario) -> str:
 def _run(sim: DiTSim, env: simpy.Environment, sc: DiTScenario, rng: np.random.Generator):
     """Start the clients (closed loop) or the arrival source (open loop) and run; the arrival times."""
     wl = sc.workload
-    times = open_loop_arrivals(wl, rng)
+    times = dit_arrivals(sc, rng)
     shapes = request_shapes(sc, wl.requests)
     if times is None:
         ids = list(range(wl.requests))
