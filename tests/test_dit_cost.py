@@ -27,7 +27,7 @@ def within(x: float, ref: float, tol: float) -> bool:
 
 def test_catalog_has_the_image_and_video_models():
     assert set(DITS) == {"pixart-alpha", "pixart-sigma", "sd3-medium", "flux-1-dev", "dit-xl-2",
-                         "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "hunyuan-video"}
+                         "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "hunyuan-video"}
 
 
 @pytest.mark.parametrize("name", list(CATALOG))

@@ -61,7 +61,7 @@ def test_dit_scenario_figures_are_unchanged(name, monkeypatch):
     latency, memory_gib, comm_bytes, strategy = PRE_REFACTOR[name]
     # the catalog then had no measured FlashAttention fraction per architecture (issue 28's Hopper figure)
     # and no census of the SD3/FLUX blocks' or the FP32 rotary embedding's and q/k norms' eager passes
-    monkeypatch.setattr("simulator.pipelines.dit_cost.attention_fraction", lambda arch, kernel: None)
+    monkeypatch.setattr("simulator.pipelines.dit_cost.attention_fraction", lambda arch, kernel, head_dim: None)
     monkeypatch.setattr("simulator.pipelines.dit.model._qk_passes", lambda arch, layers, tp: 0)
     census = model_module.unfused
     monkeypatch.setattr(model_module, "unfused",

@@ -122,3 +122,12 @@ def test_each_ipc_hop_pickles_and_unpickles_the_float32_frames_into_the_last_mil
     assert base["ipc"] == 0.0
     assert two["ipc"] == pytest.approx(2 * 2 * px * 3 * 4 / PICKLE_IPC_RATE, rel=1e-12)
     assert two["latency_s"] - base["latency_s"] == pytest.approx(two["ipc"], rel=1e-9)
+
+
+def test_the_hopper_attention_fraction_is_read_at_the_padded_head_dimension():
+    from simulator.pipelines.dit_cost import attention_fraction
+
+    assert attention_fraction("hopper", "flash2", 64) == 0.328
+    assert attention_fraction("hopper", "flash2", 96) == 0.374     # PixArt's 72, padded to 96, reads the 128 figure
+    assert attention_fraction("hopper", "flash3", 512) == 0.649    # beyond the table: its largest head dimension
+    assert attention_fraction("ampere", "flash2", 128) is None     # the GEMM + FP32-softmax model holds there

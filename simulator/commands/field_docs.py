@@ -359,6 +359,8 @@ DIT_MODEL_KEYS: list[tuple[str, str, str, str]] = [
     ("mlp_ratio", "number > 0", "", "MLP hidden / hidden."),
     ("patch_size", "int > 0", "", "Latent pixels per patch side."),
     ("patch_frames", "int > 0", "1", "A video DiT's latent frames per patch (Wan, HunyuanVideo: 1)."),
+    ("experts", "int > 0", "1", "Denoising experts of one shape, one running per step, all held in memory "
+     "(Wan 2.2 A14B: 2, a high-noise and a low-noise expert)."),
     ("eager_code", "diffusers | wan | hunyuanvideo", "diffusers", "The published code whose eager element-wise "
      "passes (FP32 rotary embedding, q/k norms) its blocks run."),
     ("latent_channels", "int > 0", "", "Channels of the latent."),

@@ -187,6 +187,7 @@ class DiTArch(_Shape):
     mlp_ratio: Annotated[Number, Field(gt=0, le=MAX_PARAMS)]
     patch_size: Dim
     patch_frames: Dim = 1                   # a video DiT's temporal patch (Wan, HunyuanVideo: 1)
+    experts: Dim = 1                        # denoising experts of one shape, one per step, all held (Wan 2.2: 2)
     latent_channels: Dim
     out_channels: Optional[Dim] = None      # default: latent_channels
     vae_downsample: Dim = 8

@@ -33,10 +33,15 @@ def kernel_catalog() -> dict:
     return catalog.kernels()
 
 
-def attention_fraction(arch: str, kernel: str) -> float | None:
-    """The fraction of peak a FlashAttention forward reaches on ``arch`` where it is measured as a whole
-    (``kernels.yaml`` flash_attention.measured_fraction); None where the GEMM + FP32-softmax model holds."""
-    return kernel_catalog()["flash_attention"]["measured_fraction"].get(arch, {}).get(kernel)
+def attention_fraction(arch: str, kernel: str, head_dim: int) -> float | None:
+    """The fraction of peak a FlashAttention forward reaches on ``arch`` at head dimension ``head_dim`` where it
+    is measured as a whole (``kernels.yaml`` flash_attention.measured_fraction: the next head dimension listed at
+    or above, else the largest); None where the GEMM + FP32-softmax model holds."""
+    by_dim = kernel_catalog()["flash_attention"]["measured_fraction"].get(arch, {}).get(kernel)
+    if not by_dim:
+        return None
+    dims = sorted(int(d) for d in by_dim)
+    return float(by_dim[next((d for d in dims if d >= head_dim), dims[-1])])
 
 
 def eager_ops(key: str, kind: str | None = None) -> int:
@@ -74,8 +79,9 @@ class DiTCost:
     def from_kernels(cls, gpu: GPU, head_dim: int, kernels, eager: bool, arch: str = "other") -> "DiTCost":
         """The cost model under a scenario's ``kernels`` settings (config.dit_models.Kernels) on a GPU of
         architecture ``arch``."""
+        padded = math.ceil(head_dim / kernels.head_dim_multiple) * kernels.head_dim_multiple
         return cls(gpu, head_dim, kernels.attention_efficiency, kernels.head_dim_multiple, eager=eager,
-                   attention_fraction=attention_fraction(arch, kernels.attention))
+                   attention_fraction=attention_fraction(arch, kernels.attention, padded))
 
     @property
     def padded_head_dim(self) -> int:

@@ -342,11 +342,11 @@ def forward_flops(arch: DiTArch, height: int, width: int, batch: int = 1) -> flo
 
 
 def param_count(arch: DiTArch) -> float:
-    """Transformer parameters derived from the shapes (matmul weights + embedding tables)."""
+    """Transformer parameters derived from the shapes (matmul weights + embedding tables), every expert's."""
     ops = model_ops(arch, 1, 1, 1, "bf16")
     table = arch.num_classes + 1 if arch.text_mode == "class" else 0
-    return float(sum(op.gemm[1] * op.gemm[2] * op.count for op in ops if op.gemm)
-                 + table * arch.hidden)
+    return arch.experts * float(sum(op.gemm[1] * op.gemm[2] * op.count for op in ops if op.gemm)
+                                + table * arch.hidden)
 
 
 # ---- memory helpers ------------------------------------------------------------------------
