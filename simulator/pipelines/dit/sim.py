@@ -25,8 +25,8 @@ from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.topology import Topology
 from ...observe.spans import SpanRecorder
 from ...workloads import dit as W
-from .model import DiTModel
 from ...workloads.dit_requests import Shape, own_shape, shaped
+from .model import DiTModel
 from .queue import POLICIES, Job, Queue
 from .strategies.cfg import CFGParallel
 
@@ -367,7 +367,8 @@ class DiTSim:
         t_done = env.now
         self.rows.append({
             "request": rid, "arrival": job.arrival, "start": job.start, "denoise_start": job.denoise_start,
-            "denoise_end": job.denoise_end, "vae_end": t_vae, "d2h_end": t_d2h, "ipc_end": t_ipc, "encode_end": t_enc,
+            "denoise_end": job.denoise_end, "vae_end": t_vae, "d2h_end": t_d2h, "ipc_end": t_ipc,
+            "encode_end": t_enc,
             "done": t_done, "latency": t_done - job.arrival, "output_bytes": out_bytes,
             "comm_bytes_per_gpu": job.comm_bytes, "width": job.shape.width, "height": job.shape.height,
             "frames": job.shape.frames or 1, "steps": job.shape.steps, "batch": job.batch,
