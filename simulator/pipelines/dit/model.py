@@ -24,11 +24,6 @@ decoder's last up block (diffusers ResnetBlock2D: its input, the GroupNorm+SiLU 
 output); derived from the decoder's structure (workloads.dit.vae_decode_ops)."""
 
 
-VAE_CACHED_FRAMES = 2
-"""Frames of features a causal video VAE keeps from the previous chunk for its 3-D convolutions (Wan2.1
-wan/modules/vae.py ``CACHE_T = 2``)."""
-
-
 @dataclass(frozen=True)
 class TaskCost:
     """One stage group's task: GPU compute, exposed collective time, bytes each GPU sends."""
@@ -174,8 +169,11 @@ class DiTModel:
             return 0.0
         div = self.lay.n_gpus if sc.parallel.vae_parallel else 1
         vae = self.arch.vae
-        # a video VAE decodes one latent frame at a time: its chunk's output frames and the cached ones
-        frames = vae.temporal_downsample + VAE_CACHED_FRAMES if vae.video else 1
+        # a video VAE decodes a chunk of latent frames at a time (one where the catalog names none): the chunk's
+        # output frames and the conv_frames - 1 frames cached from the previous chunk (Wan's CACHE_T = 2), the
+        # same cache workloads.dit.vae_decode_ops concatenates
+        chunk = vae.chunk_latent_frames or 1
+        frames = chunk * vae.temporal_downsample + vae.conv_frames - 1 if vae.video else 1
         return (VAE_WORKSPACE_TENSORS * frames * sc.height * sc.width * vae.block_out_channels[0]
                 * self.act_bytes * self.images / div)
 

@@ -22,11 +22,11 @@ def strategy_name(sc: DiTScenario) -> str:
     return label(Layout.build(sc.parallel, sc.steps).strategies)
 
 
-def _run(sim: DiTSim, env: simpy.Environment, sc: DiTScenario, rng: np.random.Generator):
-    """Start the clients (closed loop) or the arrival source (open loop) and run; the arrival times."""
+def _run(sim: DiTSim, env: simpy.Environment, sc: DiTScenario, rng: np.random.Generator, shapes):
+    """Start the clients (closed loop) or the arrival source (open loop) of requests of ``shapes`` (None: the
+    scenario's own) and run; the arrival times."""
     wl = sc.workload
     times = dit_arrivals(sc, rng)
-    shapes = request_shapes(sc, wl.requests)
     if times is None:
         ids = list(range(wl.requests))
         for c in range(wl.concurrency):
@@ -50,13 +50,14 @@ def _memory(model: DiTModel, shapes) -> float:
 def simulate(sc: DiTScenario) -> Result:
     """Run a DiT scenario; a layout that does not fit in memory returns ``status: oom``."""
     model = DiTModel.build(sc)
-    need = _memory(model, request_shapes(sc, sc.workload.requests))
+    shapes = request_shapes(sc, sc.workload.requests)
+    need = _memory(model, shapes)
     if need > model.gpu.memory:
         return R.oom_result(sc, need, model.gpu.memory, label(model.lay.strategies))
     env = simpy.Environment()
     rng = np.random.default_rng(sc.seed)
     sim = DiTSim(model, env, rng)
-    times = _run(sim, env, sc, rng)
+    times = _run(sim, env, sc, rng, shapes)
     wl = sc.workload
     req = R.request_frame(sim.rows, sim.started, wl.requests, times)
     done = req[req["completed"]]

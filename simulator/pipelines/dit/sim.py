@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import simpy
@@ -82,6 +83,7 @@ class Pass:
         return cls(m, m.tokens, latent_token_bytes, te, vae, _output(sc, m.tokens * latent_token_bytes,
                                                                     m.act_bytes, sc.hardware.cpu_cores))
 
+    @cached_property
     def step_work(self) -> float:
         """GPU seconds of one synchronous denoising step over every stage (the queue policy's measure)."""
         m = self.model
@@ -111,12 +113,12 @@ def _output(sc, latent_bytes: float, act_bytes: int, cores: int) -> tuple[float,
         out_bytes = px * codec.bits_per_pixel / 8 * p.size_factor
     else:
         d2h_bytes = px * RGB * act_bytes  # decoded tensor copied before uint8 conversion
-        c = image_codecs().cost(sc.delivery.format, sc.delivery.compress_level)
+        c = image_codecs().cost(d.format, d.compress_level)
         enc = px * c.seconds_per_pixel
         out_bytes = px * RGB * c.size_ratio
-    if sc.delivery.base64:
+    if d.base64:
         out_bytes *= BASE64_INFLATION
-    return d2h_bytes, ipc, enc, out_bytes + sc.delivery.response_header_bytes
+    return d2h_bytes, ipc, enc, out_bytes + d.response_header_bytes
 
 
 class DiTSim:
@@ -262,7 +264,7 @@ class DiTSim:
         """A request's life: queued, denoised in one or more passes, then its own last mile."""
         env = self.env
         shape = shape or self.shape
-        job = Job(rid, arrival, shape, self.pass_for(shape, 1).step_work(), env.event())
+        job = Job(rid, arrival, shape, self.pass_for(shape, 1).step_work, env.event())
         self.started[rid] = (arrival, math.nan)
         self.queue.put(job, env.now)
         if self._wake is not None and not self._wake.triggered:
