@@ -115,6 +115,25 @@ def test_moving_detokenization_off_the_engine_helps_when_cpu_bound(placement):
     assert identity_error(moved) < 1e-9
 
 
+def test_a_separate_detokenizer_hears_only_the_steps_that_stream():
+    """SGLang's scheduler builds an entry for a request only when it streams (stream_output_generation):
+    one request of 8 tokens at stream interval 4 streams its 1st, 5th and 8th tokens, so the engine
+    builds exactly three 1 ms entries and the detokenizer runs three times, once per chunk, each
+    time decoding the tokens made since the last (1, 4 and 3: all 8 once)."""
+    r = simulator.run(None, {"model": {"base": "llama-3-8b", "layers": 2}, "serving.engine": "sglang",
+                             "serving.stream_interval": 4, "hardware.cpu.stream_entry_per_request": "1 ms",
+                             "hardware.cpu.detokenize_per_token": "10 us", "hardware.cpu.detokenize_step_fixed": "0 ms",
+                             "workload.requests": 1, "workload.arrival": "all_at_once", "workload.prompt_tokens": 16,
+                             "workload.output_tokens": 8, "record_spans": True}, last_mile_cost=False)
+    sp = r.spans
+    entries = sp[(sp.track == "cpu:engine0") & (sp.name == "output")]
+    np.testing.assert_allclose((entries.end - entries.start).to_numpy(), [1e-3] * 3, rtol=0, atol=1e-12)
+    detok = sp[(sp.track == "cpu:detokenizer0") & (sp.name == "detokenize")]
+    np.testing.assert_allclose((detok.end - detok.start).to_numpy(), [10e-6, 40e-6, 30e-6], rtol=0, atol=1e-12)
+    assert r.summary["tokens"]["output_total"] == 8
+    assert identity_error(r) < 1e-9
+
+
 def test_same_seed_same_results():
     a = simulator.run(None, {"workload.requests": 120})
     b = simulator.run(None, {"workload.requests": 120})

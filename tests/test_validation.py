@@ -59,11 +59,11 @@ TOLERANCE = {
     ("host_path_vllm", "ttft_ms"): (42, 71),
     ("host_path_vllm", "tpot_ms"): (11, 87),
     ("host_path_vllm", "output_tokens_per_s"): (17, 24),
-    # The real SGLang host stack (issue 23, measured here): its scheduler's CPU follows streamed chunks,
-    # not steps (notes)
-    ("host_path_sglang", "ttft_ms"): (36, 68),
-    ("host_path_sglang", "tpot_ms"): (33, 374),
-    ("host_path_sglang", "output_tokens_per_s"): (40, 59),
+    # The real SGLang host stack (issue 23, measured here): its scheduler's entries per streamed chunk are
+    # modelled; its polling on the shared cores, the asyncio intake and the client's CPU are not (notes)
+    ("host_path_sglang", "ttft_ms"): (39, 72),
+    ("host_path_sglang", "tpot_ms"): (29, 194),
+    ("host_path_sglang", "output_tokens_per_s"): (19, 43),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     # ML.ENERGY v3.0's energy per token (issue 27): the power model meets 10.4% median; J/token follows the

@@ -54,17 +54,19 @@ def profile_costs(fits: dict) -> dict:
 
 def sglang_costs(fits: dict) -> dict:
     """CPUCosts over ``sglang`` (tokenizer manager, scheduler, separate detokenizer) from the fitted CPU
-    seconds: the scheduler's per-step and per-request-per-step costs as its scheduling; the
-    detokenizer's per-step and per-chunk costs as its detokenization; the tokenizer manager's
-    per-request cost (with the detokenizer's) as the request overhead and its per-chunk cost as the
-    SSE chunk. The tokenizer manager's per-message cost has no term of its own in this layout (its
-    messages cost nothing apart, as for vLLM), so it is left out (notes of host_path_sglang)."""
-    eng, det, api = (fits[k]["coefficients"] for k in ("engine_core", "detokenizer", "api_server"))
+    seconds: the scheduler's per-step, per-request-per-step and per-streamed-chunk costs as its
+    scheduling and the entries it streams (``stream_entry_per_request``); the detokenizer's per-step
+    cost as its fixed cost per message and its per-chunk cost as the output it builds per chunk; the
+    tokenizer manager's per-request cost (with the detokenizer's) as the request overhead and its
+    per-chunk cost as the SSE chunk. The tokenizer manager's per-message cost has no term of its own
+    in this layout (its messages cost nothing apart, as for vLLM), so it is left out (notes of
+    host_path_sglang)."""
+    eng, det, api = (fits[k]["coefficients"] for k in ("engine_core_streamed", "detokenizer", "api_server"))
     return {**_APART, "schedule_per_step": _us(eng["per_step_s"]),
-            "schedule_per_request": _us(eng["per_request_step_s"]),
+            "schedule_per_request": _us(eng["per_request_step_s"]), "stream_entry_per_request": _us(eng["per_chunk_s"]),
             "request_overhead": _us(api["per_request_s"] + det.get("per_request_s", 0.0)),
-            "detokenize_step_fixed": _us(det["per_step_s"]), "detokenize_per_token": _us(det["per_chunk_s"]),
-            "stream_per_chunk": _us(api["per_chunk_s"])}
+            "detokenize_step_fixed": _us(det["per_step_s"]), "detokenize_per_token": "0 us",
+            "output_per_request": _us(det["per_chunk_s"]), "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
 def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:

@@ -668,6 +668,7 @@ def fit_host_costs(rows: list[dict]) -> dict:
     """Least-squares host costs (CPU seconds) from the measured points (numpy lstsq, no intercept).
 
     engine core:  per_step * steps + per_request_step * (sum over steps of the scheduled requests)
+                  (SGLang's, ``engine_core_streamed``: + per_chunk * SSE chunks, the entries it streams)
     API servers:  per_message * steps * api_servers + per_request * requests + per_chunk * SSE chunks
     client:       per_request * requests + per_chunk * SSE chunks
 
@@ -688,6 +689,10 @@ def fit_host_costs(rows: list[dict]) -> dict:
     if all("cpu_s_detokenizer" in r for r in rows):  # SGLang: the DetokenizerManager process
         extra["detokenizer"] = _lstsq(np.c_[steps, requests, chunks], col("cpu_s_detokenizer"),
                                       ["per_step_s", "per_request_s", "per_chunk_s"], rows)
+        # SGLang's scheduler builds an output entry only for a request that streams this step
+        # (stream_output_generation): its CPU per step, per scheduled request and per streamed chunk
+        extra["engine_core_streamed"] = _lstsq(np.c_[steps, req_steps, chunks], col("cpu_s_engine_core"),
+                                               ["per_step_s", "per_request_step_s", "per_chunk_s"], rows)
     return {
         "engine_core": _lstsq(np.c_[steps, req_steps], col("cpu_s_engine_core"),
                               ["per_step_s", "per_request_step_s"], rows),

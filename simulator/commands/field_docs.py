@@ -106,6 +106,8 @@ FIELD_DOCS: dict[str, str] = {
     "CPUCosts.detokenize_per_token": "Incremental detokenization of one token of one request.",
     "CPUCosts.detokenize_step_fixed": "Fixed detokenizer cost per step.",
     "CPUCosts.output_per_request": "Building one request's output object each step.",
+    "CPUCosts.stream_entry_per_request": ("With a separate detokenizer: the engine process adding one streaming request's entry "
+                                          "to the step's message (SGLang's Scheduler.stream_output_generation)."),
     "CPUCosts.stream_per_chunk": "Serializing and sending one streamed (SSE) chunk.",
     "CPUCosts.source": "Where the profile comes from; not used by the model.",
     "CPUCosts.sources": "Where each figure comes from; not used by the model.",

@@ -163,6 +163,7 @@ class CPUCosts(Strict):
     detokenize_step_fixed: Seconds = 0.0
     output_per_request: Seconds
     stream_per_chunk: Seconds
+    stream_entry_per_request: Seconds = 0.0
     ipc_per_message: Seconds = 0.0
     ipc_per_byte: Seconds = 0.0
     ipc_bytes_per_request: Annotated[float, Field(ge=0, le=1e9)] = 0.0

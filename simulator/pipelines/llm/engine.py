@@ -68,6 +68,7 @@ class Step:
     d1: float | None = None
     accepted: np.ndarray | None = None  # with speculative decoding: each decode's accepted drafts
     emitted: np.ndarray | None = None  # tokens each emitting request got, where one may get several
+    gen: np.ndarray | None = None  # each emitting request's tokens made as of this step (set by _process)
     register: list | None = None  # prefix units to cache once processed (prefix_cache_insert: after_step)
 
 
@@ -114,7 +115,8 @@ class RequestTable:
         self.computed = w.column(np.int64)
         self.target = w.column(np.int64)
         self.generated = w.column(np.int64)
-        self.sent = w.column(np.int64)
+        self.sent = w.column(np.int64)      # tokens delivered in chunks (the frontend's)
+        self.streamed = w.column(np.int64)  # tokens the engine has put in chunks, delivered or not (its own)
         self.blocks = w.column(np.int64)
         self.finished = w.column(bool)
         self.reported = w.column(bool)  # its finish reached the serving system (invariant FINISHED_ONCE)
@@ -176,6 +178,7 @@ class Engine:
         self.context_run = 0.0
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
+        self.held_tokens = 0  # tokens made but not yet sent on to a separate detokenizer (placements)
         env.process(OVERLAP_MODES[settings.overlap](self))
 
     def hand_off_to(self, handoff) -> None:
@@ -439,7 +442,11 @@ class Engine:
             self.spec.record(add[verified] - 1, emitted[verified])
         t.generated[emit] = gen
         done = gen >= t.output[emit]
-        send = None if sv.stream_interval == 1 else done | (gen == 1) | (gen - t.sent[emit] >= sv.stream_interval)
+        # the stream rule reads what the engine has streamed, not what has been delivered yet (with
+        # async overlap a step's chunk may still be on its way when the next step is processed)
+        send = None if sv.stream_interval == 1 else done | (gen == 1) | (gen - t.streamed[emit] >= sv.stream_interval)
+        t.streamed[emit if send is None else emit[send]] = gen if send is None else gen[send]
+        step.gen = gen
         if done.any():
             finished = emit[done]
             t.finished[finished] = True

@@ -115,17 +115,18 @@ class Frontend:
         self.table.replica[rid] = k
         self.engines[k].enqueue(rid)
 
-    def _deliver(self, step: int, emit, send, prefill_flag, done, marks: dict, done_send) -> None:
+    def _deliver(self, step: int, emit, send, prefill_flag, done, marks: dict, done_send, gen) -> None:
         """Record every emitted token's row; sent chunks reach the client over its link.
 
         ``send`` is a mask over ``emit`` or None when all are sent; ``prefill_flag`` marks first
         tokens after a prefill (None: all decode); ``done`` marks finished requests (None: none);
         ``marks`` holds each token's (or every token's) milestones ``i``, ``o``, ``e``, ``x``
-        (``observe.attribution.PREV``); ``done_send``: when each sent chunk was serialized.
+        (``observe.attribution.PREV``); ``done_send``: when each sent chunk was serialized; ``gen``:
+        each of ``emit``'s tokens made as of its step (a chunk carries those, not any made since).
         """
         t = self.table
         sent_ids = emit if send is None else emit[send]
-        gen = t.generated[sent_ids]
+        gen = gen if send is None else gen[send]
         before = t.sent[sent_ids]
         ntok = gen - before
         received = self.receipt_time(done_send, ntok)
@@ -235,19 +236,19 @@ class Frontend:
                 at[api == j] = ends[name]
         return at
 
-    def stream(self, step: int, emit, send, prefill_flag, done, made: tuple) -> None:
+    def stream(self, step: int, emit, send, prefill_flag, done, made: tuple, gen) -> None:
         """Outputs built in the engine or a detokenizer process (``made``: when their ids reached
         it, were detokenized and their outputs built) reach the API servers now: each receives its
         part of the step's outputs and serializes one SSE chunk per sending request."""
         i, o, e = made
         sent_ids = emit if send is None else emit[send]
-        receive = self._receive(self._counts(emit)) if self.cpu.has_ipc else {}
+        receive = self._receive(self._counts(sent_ids)) if self.cpu.has_ipc else {}
         lead = {j: [("receive outputs", c, "x")] for j, c in receive.items()}
         serialized, marks = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         x = self._per_row(emit, marks, "x", e)
-        self._deliver(step, emit, send, prefill_flag, done, {"i": i, "o": o, "e": e, "x": x}, serialized)
+        self._deliver(step, emit, send, prefill_flag, done, {"i": i, "o": o, "e": e, "x": x}, serialized, gen)
 
-    def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float, emitted=None) -> None:
+    def stream_with_detok(self, step: int, emit, send, prefill_flag, done, now: float, emitted, gen) -> None:
         """vLLM V1 layout: each API server receives its requests' sampled ids, detokenizes them and
         builds their outputs (OutputProcessor.process_outputs, before any stream runs), then streams
         (``emitted``: tokens per request where one may emit several, as with speculative decoding;
@@ -267,4 +268,4 @@ class Frontend:
         o = self._per_row(emit, marks, "o", now)
         e = self._per_row(emit, marks, "e", o)
         made = {"i": self._per_row(emit, marks, "i", now), "o": o, "e": e, "x": e}
-        self._deliver(step, emit, send, prefill_flag, done, made, serialized)
+        self._deliver(step, emit, send, prefill_flag, done, made, serialized, gen)

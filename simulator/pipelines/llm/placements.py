@@ -3,8 +3,8 @@
 
 - ``engine``: the engine process detokenizes and builds the outputs, then (where the API servers
   are processes of their own) sends them as a message (vLLM V0, 0.6).
-- ``separate``: the engine sends the sampled ids to a detokenizer process, which detokenizes and
-  sends the text on to the API servers (SGLang's DetokenizerManager).
+- ``separate``: the engine sends the streaming requests' new ids to a detokenizer process, which
+  detokenizes and sends the text on to the API servers (SGLang's DetokenizerManager).
 - ``api_server``: the engine sends the sampled ids; each API server detokenizes its own requests'
   tokens, builds their outputs and streams them (vLLM V1's OutputProcessor, TensorRT-LLM's serve).
 
@@ -23,6 +23,12 @@ from .run_support import declare, only
 declare("detokenizer", only("engine"), "a run detokenizes in the engine process only", "placements")
 
 
+def streaming(emit, send):
+    """The requests of ``emit`` that stream a chunk this step (``send``: their mask, None for all):
+    the entries a message to the API servers carries."""
+    return emit if send is None else emit[send]
+
+
 class InEngine:
     """Detokenize in the engine process, then send to the API servers."""
 
@@ -31,33 +37,58 @@ class InEngine:
         env = engine.env
         # the ids are in the engine's process once copied: detokenized, then their outputs built there
         made = (step.d1, *engine.output_work(engine.proc, at, engine.tokens_of(step, emit), send))
-        sent = engine.send_outputs(engine.proc, made[-1], emit)
+        sent = engine.send_outputs(engine.proc, made[-1], streaming(emit, send))
         if wait:  # the engine's loop goes on once the outputs are off its hands
             if sent > env.now:
                 yield env.timeout(sent - env.now)
-            engine.sink.stream(step.index, emit, send, prefill_flag, done, made)
+            engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen)
         else:
-            engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made))
+            engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen))
 
 
 class SeparateProcess:
-    """Send the sampled ids to the replica's detokenizer process; it detokenizes and sends on."""
+    """Send the streaming requests' entries to the replica's detokenizer process; it detokenizes
+    and sends on.
+
+    As SGLang's ``Scheduler.stream_output_generation`` does: the engine builds an entry only for a
+    request that streams this step (every ``stream_interval`` tokens, its first and its last) and
+    sends a message only when some does; the detokenizer decodes the tokens the entries carry
+    (python/sglang/srt/managers/scheduler_output_processor_mixin.py, detokenizer_manager.py). A
+    step with nothing to stream costs neither process anything, and its tokens wait as buffered.
+    """
 
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
-        sent = book(engine.proc, at, output_message_cost(engine.sv, len(emit)), "send outputs")
-        engine.later(sent, lambda: SeparateProcess._detokenize(engine, step.index, emit, send, prefill_flag, done,
-                                                               engine.tokens_of(step, emit)))
+        chunks, tokens = SeparateProcess._streamed(engine, step, emit, send)
+        if not chunks:  # nothing streams: no entry, no message; the tokens are held where they were made
+            engine.sink.stream(step.index, emit, send, prefill_flag, done, (at, at, at), step.gen)
+            return
+        built = book(engine.proc, at, engine.cpu.stream_entry_per_request * chunks, "output")
+        sent = book(engine.proc, built, output_message_cost(engine.sv, chunks), "send outputs")
+        engine.later(sent, lambda: SeparateProcess._detokenize(engine, step, emit, send, prefill_flag, done,
+                                                               chunks, tokens))
         return
         yield  # a generator, like the other placements
 
     @staticmethod
-    def _detokenize(engine, index: int, emit, send, prefill_flag, done, tokens: int) -> None:
+    def _streamed(engine, step, emit, send) -> tuple[int, int]:
+        """The entries a step's message carries (one per streaming request) and the tokens it hands
+        the detokenizer: every token made since the last message (each is decoded once, with the
+        first chunk that goes after it)."""
+        engine.held_tokens += engine.tokens_of(step, emit)
+        chunks = len(emit) if send is None else int(send.sum())
+        if not chunks:
+            return 0, 0
+        tokens, engine.held_tokens = engine.held_tokens, 0
+        return chunks, tokens
+
+    @staticmethod
+    def _detokenize(engine, step, emit, send, prefill_flag, done, chunks: int, tokens: int) -> None:
         now, proc = engine.env.now, engine.detok_proc
-        received = book(proc, now, output_message_cost(engine.sv, len(emit)), "detokenizer receive")
+        received = book(proc, now, output_message_cost(engine.sv, chunks), "detokenizer receive")
         made = (received, *engine.output_work(proc, now, tokens, send))
-        sent = engine.send_outputs(proc, made[-1], emit)
-        engine.later(sent, lambda: engine.sink.stream(index, emit, send, prefill_flag, done, made))
+        sent = engine.send_outputs(proc, made[-1], streaming(emit, send))
+        engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen))
 
 
 class InApiServers:
@@ -67,7 +98,7 @@ class InApiServers:
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         sent = engine.send_outputs(engine.proc, at, emit)
         engine.later(sent, lambda: engine.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
-                                                                  engine.env.now, step.emitted))
+                                                                  engine.env.now, step.emitted, step.gen))
         return
         yield  # a generator, like the other placements
 

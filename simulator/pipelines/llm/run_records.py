@@ -153,7 +153,7 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     emitted = np.maximum(last - first + 1, 0)
     gen0 = np.asarray(run.gen0, dtype=np.int64)
     t.generated[rid] = gen0 + emitted
-    t.sent[rid] = gen0 + emitted
+    t.sent[rid] = t.streamed[rid] = gen0 + emitted
     has = np.flatnonzero(emitted > 0)
     row_end = np.cumsum(emitted[has])
     t.last_R[rid[has]] = received[row_end - 1]
