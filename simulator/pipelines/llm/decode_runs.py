@@ -28,6 +28,7 @@ spans recorded, a run records the same spans in the same order.
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,9 +40,15 @@ from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
 
-COUNTS = 14
-"""The first integer column of a run's step table (batch, decodes, prefill tokens, KV blocks used, sampled ids,
-the decodes' context tokens)."""
+ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
+       "schedule+launch", "detokenize", "output", "batch", "decodes", "prefill tokens", "KV blocks used", "sampled",
+       "decode context")
+"""A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
+start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
+work (scheduling and launch, detokenization, output objects), then its counts."""
+
+COUNTS = ROW.index("batch")
+"""The first integer column of a run's step table."""
 
 MAX_STEPS = 256
 """Steps in one run at most: what the token ledger's step ring and retirement lag allow for
@@ -133,139 +140,42 @@ class Run:
 
     def play(self, now: float) -> float | None:
         """Walk the run's time chain step by step until a step the closed form does not cover, then
-        record the steps played; returns when the engine's loop resumes (None: no step played)."""
-        o = self.o
-        eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
-        sv, cpu, cost = eng.sv, eng.cpu, eng.cost
-        budget, bs = sv.max_batched_tokens, sv.block_size
-        horizon = o.horizon
-        proc = eng.proc
-        launch = eng.launch_cost
-        ports, _ = eng.links.d2h_route
-        lat, bw_min = eng.links.d2h_terms()
-        d2h_bytes = eng.links.d2h_bytes
-        booked = max(p.booked_until for p in ports)
-        servers, pc = fe.servers, fe.cpu.stream_per_chunk
-        nserv = len(servers)
-        decode_time = cost.decode_timer()  # runs are ineligible with hardware.step_time
+        record the steps played (a row of ``ROW`` each); returns when the engine's loop resumes (None:
+        no step played). A decode-only step runs inline, on locals; the rest is in the helpers."""
+        o, eng, sched = self.o, self.o.e, self.o.e.sched
+        budget, bs, horizon = eng.sv.max_batched_tokens, eng.sv.block_size, o.horizon
+        lat, booked, decode_time, clocks, intake = self._begin()
         shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
-
-        def shape(batch: int, sampled: int) -> tuple:
-            """A step's parts that depend on its size alone: scheduling and preparation, that plus the
-            launches, the sampled ids' bytes and copy time, the detokenization and the output objects'
-            work, a chunk stream's time."""
-            sched_c = schedule_cost(cpu, batch)
-            nbytes = d2h_bytes(sampled)
-            return (sched_c, sched_c + launch, nbytes, copy_seconds(nbytes, bw_min),
-                    detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
-                    sampled * pc)
-
-        prompt_col, gen_col, arrival = t.prompt, t.generated, t.arrival
-        arr = arrival.values
-        n_req = t.n
-        # the state the chain reads and the accumulators it grows, as locals
-        free, p_busy, p_tasks = proc.free_at, proc.busy, proc.tasks
-        rec = proc.recorder
-        p_rbusy = proc.recorded_busy()
-        gpu_free = gpu_free0 = eng.gpu_free
+        free, gpu_free = eng.proc.free_at, eng.gpu_free
         kv_free, kv_total = sched.pool.free, sched.pool.total
-        srv = [[sv_.free_at, sv_.busy, sv_.tasks, sv_.recorded_busy()] for sv_ in servers]
-        srv_start = [[] for _ in servers]  # per server after the first: when each step's stream task began
-        single = nserv == 1  # one API server: its clock and totals as locals
-        s0_free, s0_busy, s0_tasks, s0_rbusy = srv[0]
-        s0_stream = 0.0
-        stream_total = [0.0] * nserv
-        tok_total = [0.0] * nserv
-        # per step: a0, a1, g0, g1, d1, e, the first API server's stream start, the engine's start,
-        # launch end, the copy's begin, the detokenization start, the scheduling and launch time, the
-        # detokenization's and the output objects' work; batch, decodes, prefill tokens, KV blocks
-        # used, sampled ids, the decodes' context
+        srv0, single, waiting = clocks.srv[0], clocks.single, sched.waiting
+        cnt, ending, S, nd = self.cnt, self.ending, self.S, self.nd
         rows = []
-        spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
-        tok_spans = []     # with spans: (step, after the detokenization began, server, start, end)
-        stream_spans = []  # with spans and several API servers: (step, server, start, end)
-        first_step = eng.steps.size
-        waiting = sched.waiting
-        # arrivals: the next one the open loop has not handed over; tokenizations still to route
-        nxt = fe.next_rid
-        next_t = float(arr[nxt]) if nxt < n_req else float("inf")
-        routes = fe.take_routes()  # [(tok_end, seq, rid)], a heap
-        inf = float("inf")
-        next_route = routes[0][0] if routes else inf  # when the first of them ends
-        seq = len(routes)
-        rid_l, c0, s_l, first_l, last_l = self.rid, self.c0, self.s, self.first, self.last
-        gen0, api_l, cnt, rho, ending = self.gen0, self.api, self.cnt, self.rho, self.ending
-        nd_api = self.nd_api
-        S, nd = self.S, self.nd
-        P = self.partial
-        p_comp, p_target = self.p_comp, self.p_target
-        admission = _Admission(waiting, prompt_col, gen_col, bs)
         k = 0
         while k < MAX_STEPS:
             a0 = now
-            if next_route <= a0:  # tokenized before this step: they join the queue
-                while routes and routes[0][0] <= a0:
-                    fe.route(heapq.heappop(routes)[2])
-                next_route = routes[0][0] if routes else inf
+            if intake.next_route <= a0:  # tokenized before this step: they join the queue
+                intake.route_due(a0)
             # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
-            nrun = nd + (P >= 0)
-            if nrun > budget:
+            if nd + (self.partial >= 0) > budget:
                 break
             alloc = cnt[k % bs]
             if alloc > kv_free:
                 break  # the decodes' blocks do not fit: the step-by-step path preempts
             free_kv = kv_free - alloc
             ctx = float(S) + nd
-            if P < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+            if self.partial < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
                 if not nd:
                     break  # nothing runs: the engine waits
-                pairs = None
-                new_tokens = nchunks = 0
-                sampled = nd
-                fixed = shapes.get(nd)
-                if fixed is None:
-                    fixed = shapes[nd] = shape(nd, nd)
-                sched_c, sl, nbytes, secs, det, out, dur = fixed
+                plan, new_tokens, nchunks, sampled = None, 0, 0, nd
+                fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
                 compute = decode_time(ctx, nd)
             else:
-                left = budget - nd
-                pairs = []
-                p_take = 0
-                if P >= 0:
-                    p_take = p_target - p_comp
-                    if p_take > left:
-                        p_take = left
-                    if p_take > 0:
-                        need = -(-(p_comp + p_take) // bs) - -(-p_comp // bs)  # beyond the blocks it holds
-                        if need > free_kv:
-                            break  # its chunk finds no blocks: the engine's deviation, stepped
-                        free_kv -= need
-                        left -= p_take
-                        pairs.append((p_comp, p_take))
-                admit = admission.start(free_kv)
-                if waiting:  # the scheduler's admission rule over the queue as this run stands
-                    left = admit_waiting(admission.head, left, nrun, sv, admission.lacks, admission.take)
-                    free_kv = admission.free_kv
-                    nrun += len(admit)
-                    pairs.extend((0, n) for _, _, n in admit)
-                if pairs:
-                    p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
-                    ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
-                    new_tokens = p_take + sum(n for _, _, n in admit)
-                    nchunks = len(pairs)
-                    sampled = nd + ncomp
-                    compute = cost.step(ctx, nd, pairs, sampled).compute
-                    fixed = shape(nd + nchunks, sampled)
-                elif nd:  # nobody could be admitted: the decodes run alone
-                    p_done = False
-                    new_tokens = nchunks = 0
-                    sampled = nd
-                    compute = cost.decode_time(ctx, nd)
-                    fixed = shape(nd, nd)
-                else:
-                    break  # nothing runs: the engine waits
-                sched_c, sl, nbytes, secs, det, out, dur = fixed
-            batch = nd + nchunks
+                plan = self._mixed(k, nd, ctx, free_kv, budget)
+                if plan is None:
+                    break
+                free_kv, new_tokens, nchunks, sampled, compute, fixed = plan.step
+            sched_c, sl, nbytes, secs, det, out, dur = fixed
             start = a0 if a0 > free else free
             launched = start + sl
             a1 = start + sched_c
@@ -280,159 +190,224 @@ class Run:
                 e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
                 resume = t_done + (e - t_done) if e > t_done else t_done
             else:
-                e = resume = t_done
+                s2 = e = resume = t_done
             if not resume < horizon:
                 break
             # -- committed (its busy times, KV-time, bytes are summed over the run at its end) --
             free = e if sampled else launched
             gpu_free = g1
-            used = kv_total - free_kv
             if nbytes > 0:
                 booked = d1
-            # -- the arrivals this step overlaps: tokenized on the API servers in time order --
-            while next_t <= resume:
-                rid = nxt
-                arrival.reach(rid)
-                j, _, tok = fe.tokenize_cost(rid)
-                tok_total[j] += tok
-                if single:
-                    st = next_t if next_t > s0_free else s0_free
-                    en = s0_free = st + tok
-                    s0_busy += tok
-                    s0_tasks += 1
-                    if tok > 0:
-                        s0_rbusy += en - st
-                else:
-                    state = srv[j]
-                    st = next_t if next_t > state[0] else state[0]
-                    en = st + tok
-                    state[0] = en
-                    state[1] += tok
-                    state[2] += 1
-                    if tok > 0:
-                        state[3] += en - st
-                if spans and tok > 0:
-                    tok_spans.append((k, next_t > t_done, j, st, en))
-                t.api[rid] = j
-                t.tok_start[rid], t.tok_end[rid] = st, en
-                heapq.heappush(routes, (en, seq, rid))
-                if en < next_route:
-                    next_route = en
-                seq += 1
-                nxt += 1
-                next_t = float(arr[nxt]) if nxt < n_req else float("inf")
+            if intake.next_t <= resume:  # the arrivals this step overlaps: tokenized in time order
+                intake.tokenize(k, t_done, resume)
             # -- the step's outputs: each API server serializes its requests' chunks at e --
             if sampled and single:  # the common case: one API server streams every chunk
-                st0 = e if e > s0_free else s0_free
-                s0_free = st0 + dur
-            elif sampled:
-                st0 = 0.0
-                for j in range(nserv):
-                    state = srv[j]
-                    c = nd_api[j]
-                    if pairs:  # and the prefills this step completed, on this server
-                        c += (p_done and api_l[P] == j) + sum(
-                            1 for rid, target, n in admit if n >= target and rid % nserv == j)
-                    if c:
-                        dur = c * pc
-                        st = e if e > state[0] else state[0]
-                        state[0] = st + dur
-                        state[1] += dur
-                        stream_total[j] += dur
-                        state[2] += 1
-                        if dur > 0:
-                            state[3] += state[0] - st
-                            if spans:
-                                stream_spans.append((k, j, st, state[0]))
-                    else:
-                        st = 0.0
-                    if j:
-                        srv_start[j].append(st)
-                    else:
-                        st0 = st
+                st0 = e if e > srv0[0] else srv0[0]
+                srv0[0] = st0 + dur
             else:
-                st0 = 0.0
-                for j in range(1, nserv):
-                    srv_start[j].append(0.0)
-            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2 if sampled else e, sl, det, out,
-                         batch, nd, new_tokens, used, sampled, ctx))
+                st0 = clocks.stream(k, e, sampled, self._chunks_per_server(plan))
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out,
+                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx))
             # -- the requests' state after the step --
             kv_free = free_kv
             S += nd
-            for slot in ending.pop(k, ()):
-                nd -= 1
-                after = c0[slot] + k - s_l[slot] + 1
-                S -= after
-                cnt[rho[slot]] -= 1
-                kv_free += -(-after // bs)
-                self.finished.append(slot)
-                if nd_api is not None:
-                    nd_api[api_l[slot]] -= 1
-            if pairs is None:
-                now = resume
-                k += 1
-                continue
-            joined = []  # slots that completed their prefill in this step
-            if P >= 0 and p_take > 0:
-                p_comp += p_take
-                if p_done:
-                    joined.append((P, p_target))
-                    P = -1
-                else:
-                    self.prefill_rows.append((k, rid_l[P]))
-            for rid, target, n in admit:
-                waiting.popleft()
-                slot = len(rid_l)
-                rid_l.append(rid)
-                gen0.append(int(gen_col[rid]))
-                api_l.append(int(t.api[rid]))
-                if n >= target:
-                    c0.append(target)
-                    s_l.append(k + 1)
-                    first_l.append(MAX_STEPS)
-                    last_l.append(MAX_STEPS)
-                    rho.append(0)
-                    joined.append((slot, target))
-                else:  # the budget's last tokens: the partial prefill, the last running request
-                    c0.append(n)
-                    s_l.append(MAX_STEPS)
-                    first_l.append(MAX_STEPS)
-                    last_l.append(MAX_STEPS)
-                    rho.append(0)
-                    P, p_comp, p_target = slot, n, target
-                    self.prefill_rows.append((k, rid))
-            for slot, target in joined:  # a completed prefill emits its first token in this step
-                first_l[slot] = k
-                g = gen0[slot] + 1
-                out_left = int(t.output[rid_l[slot]]) - g
-                if out_left <= 0:  # its only token: it finishes here
-                    last_l[slot] = k
-                    s_l[slot] = k + 1
-                    c0[slot] = target
-                    kv_free += -(-target // bs)
-                    self.finished.append(slot)
-                    continue
-                c0[slot] = target
-                s_l[slot] = k + 1
-                r = (k + 1 - target) % bs
-                rho[slot] = r
-                cnt[r] += 1
-                nd += 1
-                S += target
-                last = k + out_left
-                last_l[slot] = last
-                ending.setdefault(last, []).append(slot)
-                if nd_api is not None:
-                    nd_api[api_l[slot]] += 1
+            if k in ending:
+                nd, S, kv_free = self._finish(k, nd, S, kv_free)
+            if plan is not None:
+                nd, S, kv_free = self._join(k, plan, nd, S, kv_free)
             now = resume
             k += 1
+        return self._settle(k, rows, free, booked, kv_free, now)
+
+    def _begin(self) -> tuple:
+        """The run's constants and helpers: the copy's latency, when its port is booked until, the
+        decode step's closed form, the API servers' clocks, the arrivals' intake."""
+        eng = self.o.e
+        lat, self.bw_min = eng.links.d2h_terms()
+        booked = max(p.booked_until for p in eng.links.d2h_route[0])
+        self.gpu_free0 = eng.gpu_free
+        self.admission = _Admission(eng.sched.waiting, eng.table.prompt, eng.table.generated, eng.sv.block_size)
+        clocks = self.clocks = _Clocks(eng, self.o.fe)
+        intake = self.intake = _Intake(self.o.fe, eng.table, clocks)
+        return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
+
+    def shape(self, batch: int, sampled: int) -> tuple:
+        """A step's parts that depend on its size alone: scheduling and preparation, that plus the
+        launches, the sampled ids' bytes and copy time, the detokenization and the output objects'
+        work, a chunk stream's time."""
+        eng = self.o.e
+        cpu = eng.cpu
+        sched_c = schedule_cost(cpu, batch)
+        nbytes = eng.links.d2h_bytes(sampled)
+        return (sched_c, sched_c + eng.launch_cost, nbytes, copy_seconds(nbytes, self.bw_min),
+                detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
+                sampled * self.o.fe.cpu.stream_per_chunk)
+
+    def _mixed(self, k: int, nd: int, ctx: float, free_kv: int, budget: int):
+        """A step that runs the partial prefill's next chunk or admits waiting requests, as the
+        scheduler's rule computes it for the run's state; None where the closed form stops (the
+        partial prefill's chunk finds no blocks, nothing runs)."""
+        eng = self.o.e
+        P, p_comp, p_target = self.partial, self.p_comp, self.p_target
+        left = budget - nd
+        nrun = nd + (P >= 0)
+        pairs = []
+        p_take = 0
+        if P >= 0:
+            p_take = p_target - p_comp
+            if p_take > left:
+                p_take = left
+            if p_take > 0:
+                need = -(-(p_comp + p_take) // eng.sv.block_size) - -(-p_comp // eng.sv.block_size)
+                if need > free_kv:
+                    return None  # its chunk finds no blocks: the engine's deviation, stepped
+                free_kv -= need
+                left -= p_take
+                pairs.append((p_comp, p_take))
+        admission = self.admission
+        admit = admission.start(free_kv)
+        if admission.waiting:  # the scheduler's admission rule over the queue as this run stands
+            admit_waiting(admission.head, left, nrun, eng.sv, admission.lacks, admission.take)
+            free_kv = admission.free_kv
+            pairs.extend((0, n) for _, _, n in admit)
+        if pairs:
+            p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
+            ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
+            sampled = nd + ncomp
+            step = (free_kv, p_take + sum(n for _, _, n in admit), len(pairs), sampled,
+                    eng.cost.step(ctx, nd, pairs, sampled).compute, self.shape(nd + len(pairs), sampled))
+        elif nd:  # nobody could be admitted: the decodes run alone
+            p_done = False
+            step = (free_kv, 0, 0, nd, eng.cost.decode_time(ctx, nd), self.shape(nd, nd))
+        else:
+            return None  # nothing runs: the engine waits
+        return _Plan(step, p_take, p_done, admit)
+
+    def _chunks_per_server(self, plan) -> list[int]:
+        """With several API servers, the chunks each streams this step: its decodes', and those of
+        the prefills the step completed."""
+        counts = self.nd_api
+        if counts is None or plan is None:
+            return counts
+        counts = list(counts)
+        nserv = len(counts)
+        if plan.p_done:
+            counts[self.api[self.partial]] += 1
+        for rid, target, n in plan.admit:
+            if n >= target:
+                counts[rid % nserv] += 1
+        return counts
+
+    def _finish(self, k: int, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
+        """The decodes whose last token was step ``k``'s leave the run: their context and blocks."""
+        bs = self.o.e.sv.block_size
+        c0, s_l, rho, cnt = self.c0, self.s, self.rho, self.cnt
+        for slot in self.ending.pop(k):
+            nd -= 1
+            after = c0[slot] + k - s_l[slot] + 1
+            S -= after
+            cnt[rho[slot]] -= 1
+            kv_free += -(-after // bs)
+            self.finished.append(slot)
+            if self.nd_api is not None:
+                self.nd_api[self.api[slot]] -= 1
+        return nd, S, kv_free
+
+    def _join(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
+        """After a step that prefilled: the partial prefill's progress, the admitted requests as new
+        slots, and those whose prefill completed as decodes from the next step."""
+        t = self.o.e.table
+        joined = []  # slots that completed their prefill in this step
+        if self.partial >= 0 and plan.p_take > 0:
+            self.p_comp += plan.p_take
+            if plan.p_done:
+                joined.append((self.partial, self.p_target))
+                self.partial = -1
+            else:
+                self.prefill_rows.append((k, self.rid[self.partial]))
+        waiting = self.admission.waiting
+        for rid, target, n in plan.admit:
+            waiting.popleft()
+            slot = len(self.rid)
+            self.rid.append(rid)
+            self.gen0.append(int(t.generated[rid]))
+            self.api.append(int(t.api[rid]))
+            self.first.append(MAX_STEPS)
+            self.last.append(MAX_STEPS)
+            self.rho.append(0)
+            if n >= target:
+                self.c0.append(target)
+                self.s.append(k + 1)
+                joined.append((slot, target))
+            else:  # the budget's last tokens: the partial prefill, the last running request
+                self.c0.append(n)
+                self.s.append(MAX_STEPS)
+                self.partial, self.p_comp, self.p_target = slot, n, target
+                self.prefill_rows.append((k, rid))
+        for slot, target in joined:  # a completed prefill emits its first token in this step
+            nd, S, kv_free = self._first_token(k, slot, target, nd, S, kv_free)
+        return nd, S, kv_free
+
+    def _first_token(self, k: int, slot: int, target: int, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
+        """Slot ``slot`` completed its prefill of ``target`` tokens in step ``k`` and emitted its first
+        token: it finishes there if that was its only one, else decodes from step ``k + 1``."""
+        bs = self.o.e.sv.block_size
+        self.first[slot] = k
+        self.c0[slot] = target
+        self.s[slot] = k + 1
+        out_left = int(self.o.e.table.output[self.rid[slot]]) - self.gen0[slot] - 1
+        if out_left <= 0:  # its only token: it finishes here
+            self.last[slot] = k
+            self.finished.append(slot)
+            return nd, S, kv_free + -(-target // bs)
+        r = (k + 1 - target) % bs
+        self.rho[slot] = r
+        self.cnt[r] += 1
+        last = self.last[slot] = k + out_left
+        self.ending.setdefault(last, []).append(slot)
+        if self.nd_api is not None:
+            self.nd_api[self.api[slot]] += 1
+        return nd + 1, S + target, kv_free
+
+    def _settle(self, k: int, rows: list, free: float, booked: float, kv_free: int, now: float) -> float | None:
+        """Hand the run's ``k`` steps back to the components that own their state: the processes'
+        and the port's totals, the engine's step table, the spans and tokens, the queue's state;
+        returns ``now``, when the engine's loop resumes (None, with nothing changed, if no step ran)."""
+        o, eng = self.o, self.o.e
         if k == 0:
-            fe.give_back_routes(routes)
+            o.fe.give_back_routes(self.intake.routes)
             return None
+        first_step = eng.steps.size
         times = np.array(rows)  # k x 20, every column as floats (whole numbers exactly)
         counts = times[:, COUNTS:].astype(np.int64)
-        # -- the run's sums: what each step adds to the processes' and the ports' totals --
-        e_, st0_, start_, launched_, s2_ = (times[:, c] for c in (5, 6, 7, 8, 10))
+        self._settle_engine(k, times, counts, free, booked)
+        self.clocks.settle(times, counts)
+        o.fe.took_arrivals(self.intake.nxt)
+        o.fe.give_back_routes(self.intake.routes)
+        # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
+        # the last mile's there (the wait columns: 0); its tokens cross no process (i: the copy's end,
+        # x: the outputs made)
+        zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
+        o_ = times[:, 10] + times[:, 12]
+        step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
+                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": e_, **dict.fromkeys(WAIT_COLUMNS, zeros)}
+        eng.settle_run(k, step_times, counts, self.gpu_free0)
+        srv_start = self.clocks.starts
+        srv_start[0] = times[:, 6]
+        if self.clocks.spans:
+            record_spans(self, k, first_step, times, counts, self.intake.tok_spans, self.clocks.stream_spans)
+        self._record(k, first_step, step_times, srv_start)
+        check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
+        pool = eng.sched.pool
+        require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")
+        pool.check()
+        return now
+
+    def _settle_engine(self, k: int, times, counts, free: float, booked: float) -> None:
+        """What the run's steps add to the engine process's totals and to the copy's port."""
+        eng = self.o.e
+        proc = eng.proc
+        e_, start_, launched_, s2_ = (times[:, c] for c in (5, 7, 8, 10))
         sampled_ = counts[:, 4]
         emits = sampled_ > 0
         sl_, det_, out_ = times[:, 11], times[:, 12], times[:, 13]
@@ -440,57 +415,154 @@ class Run:
         sched_total = float(sl_.sum())
         det_total, out_total = float(det_[emits].sum()), float(out_[emits].sum())
         built = emits & (out_ > 0)  # an output task booked (one that costs nothing is not)
-        p_busy += sched_total + det_total + out_total
-        p_tasks += k + int(emits.sum()) + int(built.sum())
-        p_rbusy += (float((launched_ - start_)[sl_ > 0].sum()) + float((o_ - s2_)[emits & (det_ > 0)].sum())
-                    + float((e_ - o_)[built].sum()))
-        nbytes_ = eng.links.d2h_bytes(sampled_[emits])
-        secs_total = moved = 0.0
-        if len(nbytes_):
-            moved, secs_total = float(nbytes_.sum()), float(copy_seconds(nbytes_, bw_min).sum())
-        if single:
-            dur_ = (sampled_ * pc)[emits]
-            streamed = float(dur_.sum())
-            s0_busy += streamed
-            s0_stream += streamed
-            s0_tasks += int(emits.sum())
-            s0_rbusy += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
-            srv[0] = [s0_free, s0_busy, s0_tasks, s0_rbusy]
-            stream_total[0] = s0_stream
-        # -- the run handed back to the components that own its state --
+        busy = proc.busy + (sched_total + det_total + out_total)
+        tasks = proc.tasks + k + int(emits.sum()) + int(built.sum())
+        rbusy = proc.recorded_busy() + (float((launched_ - start_)[sl_ > 0].sum())
+                                        + float((o_ - s2_)[emits & (det_ > 0)].sum()) + float((e_ - o_)[built].sum()))
         labels = {"schedule+launch": sched_total, "detokenize": det_total}
         if built.any():
             labels["output"] = out_total
-        proc.settle_run(free, p_busy, p_tasks, p_rbusy, labels)
-        eng.links.fabric.settle_run(ports, booked, secs_total, moved)
-        for sv_, (f, busy, tasks, rbusy), streamed, tokenized in zip(servers, srv, stream_total, tok_total):
-            labels = {"stream": streamed} if streamed else {}
-            if tokenized or "tokenize" in sv_.by_label:
-                labels["tokenize"] = tokenized
-            sv_.settle_run(f, busy, tasks, rbusy, labels)
-        fe.took_arrivals(nxt)
-        fe.give_back_routes(routes)
-        self.p_comp, self.partial = p_comp, P
-        # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
-        # the last mile's there (the wait columns: 0); its tokens cross no process (i: the copy's end,
-        # x: the outputs made)
-        zeros, d1_ = np.zeros(k), times[:, 4]
-        step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": e_, **dict.fromkeys(WAIT_COLUMNS, zeros)}
-        eng.settle_run(k, step_times, counts, gpu_free0)
-        srv_start[0] = times[:, 6]
-        if spans:
-            record_spans(self, k, first_step, times, counts, tok_spans, stream_spans)
-        self._record(k, first_step, step_times, srv_start)
-        check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
-        pool = sched.pool
-        require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")
-        pool.check()
-        return now
+        proc.settle_run(free, busy, tasks, rbusy, labels)
+        nbytes_ = eng.links.d2h_bytes(sampled_[emits])
+        secs_total = moved = 0.0
+        if len(nbytes_):
+            moved, secs_total = float(nbytes_.sum()), float(copy_seconds(nbytes_, self.bw_min).sum())
+        eng.links.fabric.settle_run(eng.links.d2h_route[0], booked, secs_total, moved)
 
     def _record(self, *args) -> None:
         """The run's tokens and the requests' state after it (:func:`run_records.record_tokens`)."""
         record_tokens(self, *args)
+
+
+class _Plan(NamedTuple):
+    """A step that prefills or admits: ``step`` is (free blocks after it, new tokens, prefill chunks,
+    sampled ids, GPU compute, its fixed parts); the partial prefill's tokens taken and whether they
+    complete it; the admissions (request, target, tokens)."""
+
+    step: tuple
+    p_take: int
+    p_done: bool
+    admit: list
+
+
+class _Clocks:
+    """The API servers' clocks and totals ([free at, busy, tasks, recorded busy] each) while a run plays
+    them forward with :meth:`CPUProcess.submit`'s rule and in its order, handed back at the run's end."""
+
+    def __init__(self, eng, fe):
+        self.servers = fe.servers
+        self.pc = fe.cpu.stream_per_chunk
+        self.srv = [[sv.free_at, sv.busy, sv.tasks, sv.recorded_busy()] for sv in self.servers]
+        n = len(self.srv)
+        self.single = n == 1
+        self.starts = [[] for _ in range(n)]  # per server after the first: when each step's stream task began
+        self.stream_total = [0.0] * n
+        self.tok_total = [0.0] * n
+        rec = eng.proc.recorder
+        self.spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
+        self.stream_spans = []  # with spans and several API servers: (step, server, start, end)
+
+    def stream(self, k: int, e: float, sampled: int, counts) -> float:
+        """Step ``k``'s chunks from ``e`` on each API server that holds some (``counts``: chunks per
+        server; the common case of one server with chunks is inline in :meth:`Run.play`); returns the
+        first server's stream start (0 where it streamed nothing)."""
+        starts = self.starts
+        if not sampled:
+            for j in range(1, len(self.srv)):
+                starts[j].append(0.0)
+            return 0.0
+        st0 = 0.0
+        for j, state in enumerate(self.srv):
+            c = counts[j]
+            if c:
+                dur = c * self.pc
+                st = e if e > state[0] else state[0]
+                state[0] = st + dur
+                state[1] += dur
+                self.stream_total[j] += dur
+                state[2] += 1
+                if dur > 0:
+                    state[3] += state[0] - st
+                    if self.spans:
+                        self.stream_spans.append((k, j, st, state[0]))
+            else:
+                st = 0.0
+            if j:
+                starts[j].append(st)
+            else:
+                st0 = st
+        return st0
+
+    def settle(self, times, counts) -> None:
+        """Hand each server's clock and totals back (one server's chunks summed over the run here)."""
+        srv = self.srv
+        if self.single:
+            sampled_ = counts[:, 4]
+            emits = sampled_ > 0
+            st0_ = times[:, 6]
+            dur_ = (sampled_ * self.pc)[emits]
+            streamed = float(dur_.sum())
+            state = srv[0]
+            state[1] += streamed
+            state[2] += int(emits.sum())
+            state[3] += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
+            self.stream_total[0] = 0.0 + streamed
+        for sv, (f, busy, tasks, rbusy), streamed, tokenized in zip(self.servers, srv, self.stream_total,
+                                                                   self.tok_total):
+            labels = {"stream": streamed} if streamed else {}
+            if tokenized or "tokenize" in sv.by_label:
+                labels["tokenize"] = tokenized
+            sv.settle_run(f, busy, tasks, rbusy, labels)
+
+
+class _Intake:
+    """The open loop's arrivals during a run: tokenized on the API servers' clocks in time order as
+    the steps they overlap are played, and routed to the queue once their tokenization has ended."""
+
+    def __init__(self, fe, table, clocks: _Clocks):
+        self.fe, self.t, self.clocks = fe, table, clocks
+        self.arr, self.n = table.arrival.values, table.n
+        self.nxt = fe.next_rid  # the next arrival the open loop has not handed over
+        self.next_t = float(self.arr[self.nxt]) if self.nxt < self.n else float("inf")
+        self.routes = fe.take_routes()  # tokenizations still to route: [(tok_end, seq, rid)], a heap
+        self.next_route = self.routes[0][0] if self.routes else float("inf")  # when the first of them ends
+        self.seq = len(self.routes)
+        self.tok_spans = []  # with spans: (step, after the step's done event, server, start, end)
+
+    def route_due(self, a0: float) -> None:
+        """The tokenizations that ended by ``a0`` join the waiting queue."""
+        routes = self.routes
+        while routes and routes[0][0] <= a0:
+            self.fe.route(heapq.heappop(routes)[2])
+        self.next_route = routes[0][0] if routes else float("inf")
+
+    def tokenize(self, k: int, t_done: float, resume: float) -> None:
+        """The arrivals up to ``resume`` (step ``k``'s end; ``t_done``: its done event), each parsed
+        and tokenized on its API server's clock and queued for routing at its end."""
+        fe, t, clocks, arr = self.fe, self.t, self.clocks, self.arr
+        while self.next_t <= resume:
+            rid, at = self.nxt, self.next_t
+            t.arrival.reach(rid)
+            j, _, tok = fe.tokenize_cost(rid)
+            clocks.tok_total[j] += tok
+            state = clocks.srv[j]
+            st = at if at > state[0] else state[0]
+            en = st + tok
+            state[0] = en
+            state[1] += tok
+            state[2] += 1
+            if tok > 0:
+                state[3] += en - st
+                if clocks.spans:
+                    self.tok_spans.append((k, at > t_done, j, st, en))
+            t.api[rid] = j
+            t.tok_start[rid], t.tok_end[rid] = st, en
+            heapq.heappush(self.routes, (en, self.seq, rid))
+            if en < self.next_route:
+                self.next_route = en
+            self.seq += 1
+            self.nxt += 1
+            self.next_t = float(arr[self.nxt]) if self.nxt < self.n else float("inf")
 
 
 class _Admission:
