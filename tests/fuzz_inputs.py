@@ -268,6 +268,7 @@ COMMON_KEYS = {
     "hardware.cpu.detokenize_per_token": SECONDS0,
     "hardware.cpu.stream_per_chunk": SECONDS0,
     "hardware.cpu.tokenize_per_token": SECONDS0,
+    "hardware.cpu.stream_entry_per_request": SECONDS0,
 }
 
 LLM_KEYS = {
@@ -310,6 +311,9 @@ LLM_KEYS = {
     "workload.burstiness": POS_FLOAT,
     "workload.concurrency": COUNT + HUGE(10**9, 10**12),
     "workload.trace_time_scale": POS_FLOAT,
+    "workload.client_cpu": SECTION(),
+    "workload.client_cpu.per_request": SECONDS0,
+    "workload.client_cpu.per_chunk": SECONDS0,
     "workload.prompt_tokens": TOKENS + HUGE(10**12),
     "workload.output_tokens": TOKENS + HUGE(10**12),
     "slo": SECTION(),

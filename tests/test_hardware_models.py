@@ -74,6 +74,22 @@ def test_processes_share_a_single_core():
     assert b.submit(0.5, 1.0) == (1.0, 2.0)     # waits for the only core
 
 
+def test_a_core_runs_a_ready_task_in_the_idle_time_before_work_booked_later():
+    """Work booked ahead (a chunk's read when it arrives) leaves the core idle until then: a task
+    ready earlier runs in that gap if it fits whole, else after the booking; the other core is used
+    when it can start the task sooner."""
+    pool = CorePool(1)
+    a, b = CPUProcess("a", pool), CPUProcess("b", pool)
+    assert a.submit(10.0, 1.0) == (10.0, 11.0)  # booked ahead
+    assert b.submit(0.0, 2.0) == (0.0, 2.0)     # fits before it
+    assert b.submit(2.0, 9.0) == (11.0, 20.0)   # does not fit in [2, 10): after it
+    two = CorePool(2)
+    c, d, e = CPUProcess("c", two), CPUProcess("d", two), CPUProcess("e", two)
+    assert c.submit(0.0, 5.0) == (0.0, 5.0)
+    assert d.submit(1.0, 5.0) == (1.0, 6.0)
+    assert e.submit(2.0, 1.0) == (5.0, 6.0)     # both busy: the core that frees first
+
+
 def test_processes_on_enough_cores_run_in_parallel():
     pool = CorePool(2)
     a, b = CPUProcess("a", pool), CPUProcess("b", pool)

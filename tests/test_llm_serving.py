@@ -134,6 +134,24 @@ def test_a_separate_detokenizer_hears_only_the_steps_that_stream():
     assert identity_error(r) < 1e-9
 
 
+def test_a_load_generator_on_the_host_costs_its_send_and_its_reads():
+    """``workload.client_cpu``: one request sent at 0 reaches the server after the client's 1 ms of
+    sending, and each chunk is received after the client's 50 us read (the client idle between
+    chunks), so TTFT and E2E grow by exactly 1.05 ms and every inter-token gap is unchanged; a
+    closed-form run cannot book the client, so the engine steps event by event."""
+    one = {"model": {"base": "llama-3-8b", "layers": 2}, "workload.requests": 1, "workload.arrival": "all_at_once",
+           "workload.prompt_tokens": 16, "workload.output_tokens": 4, "hardware.cpu_cores": 8, "record_spans": False}
+    base = simulator.run(None, one, last_mile_cost=False)
+    with_client = simulator.run(None, {**one, "workload.client_cpu": {"per_request": "1 ms", "per_chunk": "50 us"}},
+                                last_mile_cost=False)
+    b, c = base.requests.iloc[0], with_client.requests.iloc[0]
+    assert c["ttft_s"] - b["ttft_s"] == pytest.approx(1.05e-3, abs=1e-12)
+    assert c["e2e_s"] - b["e2e_s"] == pytest.approx(1.05e-3, abs=1e-12)
+    np.testing.assert_allclose(with_client.itl, base.itl, rtol=0, atol=1e-12)
+    assert with_client.summary["utilization"]["cpu:client"] > 0
+    assert identity_error(with_client) < 1e-9
+
+
 def test_same_seed_same_results():
     a = simulator.run(None, {"workload.requests": 120})
     b = simulator.run(None, {"workload.requests": 120})

@@ -56,14 +56,14 @@ TOLERANCE = {
     ("nccl_collectives", "busbw_gbps"): (10, 118),
     # The real vLLM host stack with a stub GPU (issue 23, measured here): misses its 10% target; output
     # merging, the asyncio API server's interleaving and the client's CPU are the mechanisms (notes).
-    ("host_path_vllm", "ttft_ms"): (42, 71),
-    ("host_path_vllm", "tpot_ms"): (11, 87),
-    ("host_path_vllm", "output_tokens_per_s"): (17, 24),
+    ("host_path_vllm", "ttft_ms"): (38, 57),
+    ("host_path_vllm", "tpot_ms"): (43, 99),
+    ("host_path_vllm", "output_tokens_per_s"): (19, 31),
     # The real SGLang host stack (issue 23, measured here): its scheduler's entries per streamed chunk are
     # modelled; its polling on the shared cores, the asyncio intake and the client's CPU are not (notes)
-    ("host_path_sglang", "ttft_ms"): (39, 72),
-    ("host_path_sglang", "tpot_ms"): (29, 194),
-    ("host_path_sglang", "output_tokens_per_s"): (19, 43),
+    ("host_path_sglang", "ttft_ms"): (39, 71),
+    ("host_path_sglang", "tpot_ms"): (41, 146),
+    ("host_path_sglang", "output_tokens_per_s"): (13, 27),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     # ML.ENERGY v3.0's energy per token (issue 27): the power model meets 10.4% median; J/token follows the
@@ -88,7 +88,7 @@ TOLERANCE = {
     ("prefix_caching", "e2e_ratio"): (18, 101),
     ("prefix_caching", "prefix_hit_rate"): (5, 7),
     ("cache_routing", "prefix_hit_rate"): (74, 141),
-    ("cache_routing", "throughput_ratio"): (35, 35),
+    ("cache_routing", "throughput_ratio"): (30, 30),
     ("kv_transfer", "kv_transfer_ms"): (31, 78),
     ("kv_transfer", "ttft_ms"): (58, 83),
     ("kv_offload", "copy_gbps"): (21, 32),

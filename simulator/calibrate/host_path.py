@@ -93,7 +93,8 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
                         "max_batch": int(limits.get("max_num_seqs", limits.get("max_running_requests"))),
                         "max_batched_tokens": int(limits.get("max_num_batched_tokens",
                                                              limits.get("chunked_prefill_size")))},
-            "workload": {"arrival": "closed", "concurrency": 1, "requests": 100}}
+            "workload": {"arrival": "closed", "concurrency": 1, "requests": 100,
+                         "client_cpu": client_cpu(sidecar["fits"])}}
     cases = []
     for r in points:
         prompt = round(r["prefill_tokens"] / r["completed"]) if r.get("prefill_tokens") else int(r["input_len"])
@@ -110,6 +111,14 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
             "source": f"scenarios/{REFERENCE.format(engine=engine)} (lastmile measure-engine {engine}, "
                       f"{engine} {m['versions'].get(engine)}, {m['cpu_model']}, {m['date']})",
             "metric": "output_tokens_per_s", "notes": "", "base": base, "cases": cases}
+
+
+def client_cpu(fits: dict) -> dict:
+    """The benchmark client's own CPU on the same cores (``workload.client_cpu``), fitted from its process's
+    CPU seconds per request sent and per SSE chunk read (``measure_engine.fit_host_costs``): the
+    measurement ran ``vllm bench serve`` unpinned on the server's machine."""
+    c = fits["client"]["coefficients"]
+    return {"per_request": _us(c["per_request_s"]), "per_chunk": _us(c["per_chunk_s"])}
 
 
 def reference_path(engine: str = "vllm") -> Path:

@@ -247,6 +247,8 @@ FIELD_DOCS: dict[str, str] = {
     "Pool.replicas": "Engine replicas in the pool.",
     "Pool.tp": "Tensor parallelism of each replica in the pool.",
     "Workload.requests": "Requests to simulate.",
+    "ClientCPU.per_request": "The load generator's CPU to build and send one request (on the host's cores).",
+    "ClientCPU.per_chunk": "The load generator's CPU to read one streamed chunk (the chunk is received when read).",
     "Workload.arrival": "Arrival process: open-loop poisson/gamma/constant at rate, all at once, "
                         "closed loop at a concurrency, or a trace's own times.",
     "Workload.rate": "Mean arrival rate (poisson, gamma, constant).",

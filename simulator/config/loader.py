@@ -35,6 +35,18 @@ def _suggest(word: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+KNOWN_SHOWN = 8
+"""Catalog names an unknown-name error lists before pointing at ``lastmile catalog``: the line stays short."""
+
+
+def _known(kind: str) -> str:
+    """The names of catalog ``kind`` an error offers: all of them, or the first few and where the rest are."""
+    names = catalog.names(kind)
+    if len(names) <= KNOWN_SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:KNOWN_SHOWN])} and {len(names) - KNOWN_SHOWN} more (lastmile catalog {kind})"
+
+
 def _merge(base: dict, over: Mapping) -> dict:
     """``over`` laid on ``base`` key by key, into nested mappings (so one fraction can be overridden)."""
     out = dict(base)
@@ -117,7 +129,7 @@ class _Resolver:
             found = catalog.entry(kind, base)
             if found is None:
                 raise ConfigError(f"unknown {kind[:-1]} {base!r}{_suggest(base, catalog.names(kind))}; "
-                                  f"known: {', '.join(catalog.names(kind))}", path=key)
+                                  f"known: {_known(kind)}", path=key)
         return _merge(found, value)
 
     def profile(self, path: str, key: str, top: str) -> dict:

@@ -563,6 +563,16 @@ class Stage(Strict):
         return int(self.rate * self.duration)
 
 
+class ClientCPU(Strict):
+    """The load generator's own CPU on the serving host's cores: a benchmark client run on the same
+    machine as the server (as ``lastmile measure-engine``'s points were, ``vllm bench serve`` over
+    loopback), costing per request it sends and per streamed chunk it reads. A request's latency
+    counts from when the client starts sending it; a chunk is received once the client has read it."""
+
+    per_request: Seconds = 0.0
+    per_chunk: Seconds = 0.0
+
+
 class Workload(Strict):
     """Who sends what, when: arrival process and prompt/output lengths (or a trace).
 
@@ -597,6 +607,9 @@ class Workload(Strict):
     sessions: Optional[Sessions] = Field(None, description=(
         "Multi-turn sessions {turns, think_time}: each turn's prompt is the history so far; sessions start per "
         "the arrival process. Synthetic lengths only."))
+    client_cpu: Optional[ClientCPU] = Field(None, description=(
+        "The load generator on the serving host's cores {per_request, per_chunk}: a benchmark client on the same "
+        "machine, its CPU contending with the server's processes (null: the client is elsewhere)."))
 
     @property
     def prompt_upper(self) -> int:

@@ -8,8 +8,9 @@ needed unless someone waits for the result.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..observe.spans import SpanRecorder
@@ -17,30 +18,61 @@ from ..observe.spans import SpanRecorder
 
 @dataclass
 class CorePool:
-    """A pool of identical cores; a task takes the core that frees first.
+    """A pool of identical cores; a task runs, whole, at the earliest time from its ready time at
+    which some core is idle for its duration.
 
-    While there are at least as many cores as processes, no process ever waits for a core,
-    and the pool is not consulted at all.
+    Work is booked ahead (a chunk's read when it will arrive, a message when it will be sent), so a
+    core holds intervals in the future: a task ready before one of them runs in the idle gap if it
+    fits, as an operating system would run it, instead of queueing behind the booking. While there
+    are at least as many cores as processes, no process ever waits for a core, and the pool is not
+    consulted at all. ``now`` (the simulation's clock) lets a core forget intervals that have ended.
     """
 
     cores: int
     processes: int = 0
-    _free: list = field(default_factory=list)
+    now: Callable[[], float] | None = None
+    _busy: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.cores < 1:
             raise ValueError("a CPU needs at least one core")
-        self._free = [0.0] * self.cores
+        self._busy = [[] for _ in range(self.cores)]  # per core: its booked (start, end), by start
 
     @property
     def contended(self) -> bool:
         return self.processes > self.cores
 
-    def earliest(self) -> float:
-        return self._free[0]
+    def place(self, ready: float, duration: float) -> float:
+        """Book ``duration`` seconds on the core that can start them first at or after ``ready``
+        (the lowest-numbered on a tie); returns the start."""
+        best, chosen = float("inf"), None
+        for core in self._busy:
+            start = _first_gap(core, ready, duration)
+            if start < best:
+                best, chosen = start, core
+        if duration <= 0:
+            return best
+        bisect.insort(chosen, (best, best + duration))
+        if len(chosen) > CORE_TRIM and self.now is not None:  # intervals that ended hold back no later task
+            now = self.now()
+            chosen[:] = [iv for iv in chosen if iv[1] > now]
+        return best
 
-    def take(self, start: float, end: float) -> None:
-        heapq.heapreplace(self._free, end)
+
+def _first_gap(intervals: list, ready: float, duration: float) -> float:
+    """The earliest start at or after ``ready`` at which ``duration`` fits between ``intervals``."""
+    t = ready
+    for s, e in intervals:
+        if e <= t:
+            continue
+        if s >= t + duration:
+            break
+        t = e
+    return t
+
+
+CORE_TRIM = 64
+"""Intervals a core holds before those that have ended are dropped."""
 
 
 HISTORY_TRIM = 64
@@ -73,8 +105,7 @@ class CPUProcess:
     def submit(self, now: float, duration: float, label: str = "") -> tuple[float, float]:
         """Queue ``duration`` seconds of work at time ``now``; returns (start, end)."""
         if self.pool.contended:
-            start = max(now, self.free_at, self.pool.earliest())
-            self.pool.take(start, start + duration)
+            start = self.pool.place(now if now > self.free_at else self.free_at, duration)
         else:
             start = now if now > self.free_at else self.free_at
         end = start + duration

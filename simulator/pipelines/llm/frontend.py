@@ -36,7 +36,7 @@ class Frontend:
     """
 
     def __init__(self, env, settings: FrontendSettings, client: LinkParams, table: RequestTable,
-                 servers: list[CPUProcess], rows, on_finish):
+                 servers: list[CPUProcess], rows, on_finish, loadgen: CPUProcess | None = None):
         self.env = env
         self.sv = settings
         self.cpu = settings.cpu
@@ -53,6 +53,7 @@ class Frontend:
         self.router = make_router(settings.router, table, settings.seed)
         self.next_rid = 0  # the open loop's next request: the workload's, or a decode run's that took it
         self._pending: dict[int, float] = {}  # tokenizations that end in the future: request -> when it routes
+        self.loadgen = loadgen  # the load generator's process on the host's cores (``workload.client_cpu``), or None
 
     def tokenize_cost(self, rid: int) -> tuple[int, int | None, float]:
         """Where request ``rid`` is parsed and tokenized and what it costs: (API server, replica
@@ -66,6 +67,20 @@ class Frontend:
             j, k = rid % len(self.servers), None
             cost += message_cost(cpu, 1, TOKEN_ID_BYTES * prompt)  # the request goes to the engine
         return j, k, cost
+
+    def send(self, rid: int) -> None:
+        """The client sends request ``rid`` now: it reaches an API server at once, or, with the load
+        generator on the host, once that process has built and sent it (its latency counts from when
+        the client began, as ``vllm bench serve`` times a request from before its POST)."""
+        if self.loadgen is None:
+            self.arrive(rid)
+            return
+        start, end = self.loadgen.submit(self.env.now, self.sv.client_cpu.per_request, "send request")
+        self.table.arrival[rid] = start
+        if end > self.env.now:
+            self.env.timeout(end - self.env.now).callbacks.append(lambda _ev: self.arrive(rid))
+        else:
+            self.arrive(rid)
 
     def arrive(self, rid: int) -> None:
         """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
@@ -154,8 +169,15 @@ class Frontend:
                 self.on_finish(rid, receipt)
 
     def receipt_time(self, serialized, ntok):
-        """When chunks written at ``serialized`` carrying ``ntok`` tokens each reach the client over its link."""
-        return serialized + self.chunk_delay + ntok * self.token_delay
+        """When chunks written at ``serialized`` carrying ``ntok`` tokens each reach the client over its link
+        (and, with the load generator on the host, when its process has read each, in arrival order)."""
+        at = serialized + self.chunk_delay + ntok * self.token_delay
+        if self.loadgen is None:
+            return at
+        read, cost = np.empty(len(at)), self.sv.client_cpu.per_chunk
+        for i in np.argsort(at, kind="stable").tolist():
+            read[i] = self.loadgen.submit(float(at[i]), cost, "read chunk")[1]
+        return read
 
     def message_cost(self, emit) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server

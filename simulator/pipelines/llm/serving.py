@@ -109,9 +109,9 @@ class ServingSystem:
         self._next_rid = 0
 
     def arrive(self, rid: int) -> None:
-        """Request ``rid`` reaches an API server now (its arrival time is set to now)."""
+        """The client sends request ``rid`` now (its arrival time is set to now; see ``Frontend.send``)."""
         self.table.arrival[rid] = self.env.now
-        self.frontend.arrive(rid)
+        self.frontend.send(rid)
 
     def _finished(self, rid: int, receipt: float) -> None:
         t = self.table
@@ -139,7 +139,7 @@ class ServingSystem:
                 self.arrive(rid)
             return
 
-        send = frontend.arrive if self.scenario.workload.concurrency is None else self._limited()
+        send = frontend.send if self.scenario.workload.concurrency is None else self._limited()
 
         def open_loop():
             while frontend.next_rid < table.n:
@@ -230,7 +230,7 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     if topo is None:
         topo = Topology.from_hardware(env, hw, sum(q.replicas * q.gpus_per_replica for q in plans), recorder)
     if pool is None:
-        pool = CorePool(hw.cpu_cores)
+        pool = CorePool(hw.cpu_cores, now=lambda: env.now)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
     table.prefix, table.session = specs.prefix, specs.session
     # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
@@ -251,8 +251,10 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     client = topo.client_link
     if sv.last_mile == "free":  # the counterfactual: chunks reach the client as they are serialized
         client = LinkParams(float("inf"), 0.0, f"{client.name} (free)")
+    # the load generator on the host's cores (workload.client_cpu), a process like the servers'
+    loadgen = CPUProcess("client", pool, recorder) if scenario.workload.client_cpu is not None else None
     frontend = Frontend(env, FrontendSettings.from_scenario(scenario), client, table, servers,
-                        records.rows, lambda rid, receipt: system._finished(rid, receipt))
+                        records.rows, lambda rid, receipt: system._finished(rid, receipt), loadgen)
     last = plans[-1]  # the pool whose KV cache holds the generation: what the summary reports
     system = ServingSystem(env, scenario, table, frontend, replicas, servers, records, recorder, last.memory,
                            last.kv_blocks)

@@ -67,6 +67,7 @@ class FrontendSettings:
     shared: bool = False  # each API server runs in its replica's engine process (one GIL for both)
     free_last_mile: bool = False  # the counterfactual: the outputs' path costs nothing (``serving.last_mile``)
     seed: int = 0  # the scenario's: a router's random stream (``routers.make_router``)
+    client_cpu: object = None  # a validated ClientCPU: the load generator on the host's cores (``workload.client_cpu``)
 
     @classmethod
     def from_scenario(cls, scenario) -> "FrontendSettings":
@@ -74,7 +75,7 @@ class FrontendSettings:
         free = sv.last_mile == "free"
         return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token,
                    last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process == "engine", free,
-                   scenario.seed)
+                   scenario.seed, scenario.workload.client_cpu)
 
 
 LAST_MILE_CPU_COSTS = ("detokenize_per_token", "detokenize_step_fixed", "output_per_request", "stream_per_chunk")
