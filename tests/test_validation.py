@@ -57,7 +57,7 @@ TOLERANCE = {
     # The real vLLM host stack with a stub GPU (issue 23, measured here): misses its 10% target; output
     # merging, the asyncio API server's interleaving and the client's CPU are the mechanisms (notes).
     ("host_path_vllm", "ttft_ms"): (38, 57),
-    ("host_path_vllm", "tpot_ms"): (43, 99),
+    ("host_path_vllm", "tpot_ms"): (43, 100),
     ("host_path_vllm", "output_tokens_per_s"): (19, 31),
     # The real SGLang host stack (issue 23, measured here): its scheduler's entries per streamed chunk are
     # modelled; its polling on the shared cores, the asyncio intake and the client's CPU are not (notes)
