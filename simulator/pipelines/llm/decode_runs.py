@@ -506,7 +506,7 @@ class _Clocks:
             state[1] += streamed
             state[2] += int(emits.sum())
             state[3] += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
-            self.stream_total[0] = 0.0 + streamed
+            self.stream_total[0] = streamed
         for sv, (f, busy, tasks, rbusy), streamed, tokenized in zip(self.servers, srv, self.stream_total,
                                                                    self.tok_total):
             labels = {"stream": streamed} if streamed else {}

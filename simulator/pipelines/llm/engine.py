@@ -32,7 +32,7 @@ from ...observe.records import PREFILL_ONLY
 from ...observe.token_ledger import TokenLedger
 from .links import ReplicaLinks
 from .overlap import OVERLAP_MODES
-from .placements import PLACEMENTS
+from .placements import PLACEMENTS, streaming
 from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
 from .settings import TOKEN_ID_BYTES, EngineSettings, detokenize_cost, message_cost, outputs_cost, schedule_cost
@@ -445,7 +445,7 @@ class Engine:
         # the stream rule reads what the engine has streamed, not what has been delivered yet (with
         # async overlap a step's chunk may still be on its way when the next step is processed)
         send = None if sv.stream_interval == 1 else done | (gen == 1) | (gen - t.streamed[emit] >= sv.stream_interval)
-        t.streamed[emit if send is None else emit[send]] = gen if send is None else gen[send]
+        t.streamed[streaming(emit, send)] = streaming(gen, send)
         step.gen = gen
         if done.any():
             finished = emit[done]

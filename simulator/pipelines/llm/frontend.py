@@ -10,6 +10,7 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
+from .placements import streaming
 from .routers import make_router
 from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_message_cost
 from .run_support import declare, only
@@ -140,8 +141,7 @@ class Frontend:
         each of ``emit``'s tokens made as of its step (a chunk carries those, not any made since).
         """
         t = self.table
-        sent_ids = emit if send is None else emit[send]
-        gen = gen if send is None else gen[send]
+        sent_ids, gen = streaming(emit, send), streaming(gen, send)
         before = t.sent[sent_ids]
         ntok = gen - before
         received = self.receipt_time(done_send, ntok)
@@ -263,7 +263,7 @@ class Frontend:
         it, were detokenized and their outputs built) reach the API servers now: each receives its
         part of the step's outputs and serializes one SSE chunk per sending request."""
         i, o, e = made
-        sent_ids = emit if send is None else emit[send]
+        sent_ids = streaming(emit, send)
         receive = self._receive(self._counts(sent_ids)) if self.cpu.has_ipc else {}
         lead = {j: [("receive outputs", c, "x")] for j, c in receive.items()}
         serialized, marks = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
@@ -279,7 +279,7 @@ class Frontend:
         counts = self._counts(emit)
         receive = self._receive(counts)
         tokens = counts if emitted is None else self._token_counts(emit, emitted, counts)
-        sent_ids = emit if send is None else emit[send]
+        sent_ids = streaming(emit, send)
         chunks = counts if send is None else self._counts(sent_ids)
         lead = {}
         for j in counts:

@@ -24,8 +24,8 @@ declare("detokenizer", only("engine"), "a run detokenizes in the engine process 
 
 
 def streaming(emit, send):
-    """The requests of ``emit`` that stream a chunk this step (``send``: their mask, None for all):
-    the entries a message to the API servers carries."""
+    """The entries of ``emit`` (a step's emitting requests, or a column aligned with them) that stream
+    a chunk this step (``send``: their mask, None for all): what a message to the API servers carries."""
     return emit if send is None else emit[send]
 
 
