@@ -123,13 +123,36 @@ def test_runs_with_the_last_mile_free_copy_nothing(coalesced):
     assert list(a.spans["name"]) == list(b.spans["name"]) and "d2h" not in set(b.spans["name"])
 
 
+SYNC_IN_ENGINE = {"overlap": "sync", "detokenizer": "engine", "api_server_process": "own", "stream_interval": 1}
+"""The layout runs cover, set over an engine profile's own defaults."""
+
+
+@pytest.mark.parametrize("engine, extra", [("vllm-v1", {}), ("sglang", {"max_sim_time": "30 s"}),
+                                           ("trtllm", {"serving": {"gpu_memory_utilization": 0.25}})])
+def test_runs_reproduce_engine_profiles_whose_processes_exchange_messages(engine, extra, coalesced):
+    # each request's message is received on the engine's process in time order between its steps'
+    # work, and each step's outputs cross to the API server as a message sent and received
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, **SYNC_IN_ENGINE,
+                                                                    **extra.get("serving", {})})
+    a, b = both(raw, **{k: v for k, v in extra.items() if k != "serving"})
+    assert coalesced[0] > 0.5 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["breakdown_share"]["ipc"] > 0  # the messages were priced, not skipped
+
+
 @pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
                                     {"serving.stream_interval": 4}, {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
-                                    {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
+                                    {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
+                                    # messages to several API servers, or recorded as spans
+                                    {"serving.engine": "vllm-v1", "serving.api_servers": 2,
+                                     **{f"serving.{k}": v for k, v in SYNC_IN_ENGINE.items()}},
+                                    {"serving.engine": "sglang", "record_spans": True,
+                                     **{f"serving.{k}": v for k, v in SYNC_IN_ENGINE.items()}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
-    simulator.run(trace_scenario("splitwise_conv.csv", 150), change)
+    # (the counterfactual's own run records no spans: left out)
+    simulator.run(trace_scenario("splitwise_conv.csv", 150), change, last_mile_cost=False)
     assert coalesced[0] == 0
 
 
@@ -162,12 +185,11 @@ def covered_set_ups(draw):
     mile; arrivals and token counts drawn too."""
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
-    serving = {"engine": "reference",  # the profiles without inter-process messages: reference (vllm-0.5 shares
-               # its API server with the engine; the others send messages), so the CPU costs are drawn
-               "overlap": "sync", "detokenizer": "engine", "api_server_process": "own", "stream_interval": 1,
+    ipc = draw(st.booleans())  # requests and outputs cross between processes as messages (one API server)
+    serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": draw(st.integers(1, 3)),
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
                "decode_attention": draw(st.sampled_from(["paged", "contiguous"])),
@@ -175,6 +197,9 @@ def covered_set_ups(draw):
                "last_mile": draw(st.sampled_from(["modelled", "free"]))}
     cpu = {"base": "reference", **{key: f"{draw(st.sampled_from([0.0, 3.0, 40.0]))} us" for key in
                                    ("schedule_per_step", "tokenize_per_token", "detokenize_per_token", "stream_per_chunk")}}
+    if ipc:
+        cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
+                   ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))
     if not serving["chunked_prefill"]:
         serving["max_batched_tokens"] = 8192  # whole prompts must fit the budget
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),

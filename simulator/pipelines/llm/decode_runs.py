@@ -4,9 +4,13 @@ In an engine whose every step is a closed form of its batch (which set-ups those
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
 synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
 workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
-prefix cache or host KV tier), nothing outside the engine changes its world but the requests
-arriving, and their arrival times are known. So a run of steps can be played forward at once: before each step, the requests whose tokenization has
-ended join the waiting queue; the step is scheduled as vLLM V1's scheduler would (the running
+prefix cache or host KV tier, inter-process messages only with one API server and no spans),
+nothing outside the engine changes its world but the requests arriving, and their arrival times
+are known. So a run of steps can be played forward at once: before each step, the requests whose
+tokenization has ended join the waiting queue (where the API server is another process, each
+request's message is received on the engine's clock at its tokenization's end, in time order
+between the steps' own work, and each step's outputs are sent and received as a message); the
+step is scheduled as vLLM V1's scheduler would (the running
 decodes, the one partial prefill, then the waiting requests in order while the token budget, the
 batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
 arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
@@ -41,11 +45,12 @@ from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
-       "schedule+launch", "detokenize", "output", "batch", "decodes", "prefill tokens", "KV blocks used", "sampled",
+       "schedule+launch", "detokenize", "output", "sent", "x", "batch", "decodes", "prefill tokens", "KV blocks used", "sampled",
        "decode context")
 """A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
 start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
-work (scheduling and launch, detokenization, output objects), then its counts."""
+work (scheduling and launch, detokenization, output objects), when its outputs were sent and were at the
+first API server (its message received there: ``x``), then its counts."""
 
 COUNTS = ROW.index("batch")
 """The first integer column of a run's step table."""
@@ -103,6 +108,8 @@ class Run:
         self.o = owner
         eng = owner.e
         t = eng.table
+        # requests and outputs cross between the engine's and the API server's processes as messages
+        self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
         bs = eng.sv.block_size
         ids = run.tolist()
         n = len(ids) - last_partial
@@ -150,11 +157,14 @@ class Run:
         kv_free, kv_total = sched.pool.free, sched.pool.total
         srv0, single, waiting = clocks.srv[0], clocks.single, sched.waiting
         cnt, ending, S, nd = self.cnt, self.ending, self.S, self.nd
+        ipc = self.ipc
         rows = []
         k = 0
         while k < MAX_STEPS:
             a0 = now
-            if intake.next_route <= a0:  # tokenized before this step: they join the queue
+            if ipc:  # their messages received on the engine's process in time order, then queued
+                free = intake.receive_and_join(a0, free)
+            elif intake.next_route <= a0:  # tokenized before this step: they join the queue
                 intake.route_due(a0)
             # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
             if nd + (self.partial >= 0) > budget:
@@ -175,7 +185,7 @@ class Run:
                 if plan is None:
                     break
                 free_kv, new_tokens, nchunks, sampled, compute, fixed = plan.step
-            sched_c, sl, nbytes, secs, det, out, dur = fixed
+            sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
             start = a0 if a0 > free else free
             launched = start + sl
             a1 = start + sched_c
@@ -186,27 +196,41 @@ class Run:
             begin, d1 = booked_copy(booked, g1, lat, secs)
             t_done = a0 + (d1 - a0)  # the step's done event
             if sampled:
-                s2 = d1 if d1 > launched else launched
+                if ipc:  # the requests' messages received before the copy's end come first there
+                    if not d1 < horizon:
+                        break
+                    ready = intake.receive_before(k, t_done, d1, launched)
+                else:
+                    ready = launched
+                s2 = d1 if d1 > ready else ready
                 e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
-                resume = t_done + (e - t_done) if e > t_done else t_done
+                sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
+                resume = t_done + (sent - t_done) if sent > t_done else t_done
             else:
-                s2 = e = resume = t_done
+                s2 = e = sent = resume = t_done
             if not resume < horizon:
+                if ipc:
+                    intake.unreceive()
                 break
             # -- committed (its busy times, KV-time, bytes are summed over the run at its end) --
-            free = e if sampled else launched
+            if ipc:
+                intake.keep()
+            free = sent if sampled else launched
             gpu_free = g1
             if nbytes > 0:
                 booked = d1
             if intake.next_t <= resume:  # the arrivals this step overlaps: tokenized in time order
                 intake.tokenize(k, t_done, resume)
             # -- the step's outputs: each API server serializes its requests' chunks at e --
+            x = e
             if sampled and single:  # the common case: one API server streams every chunk
-                st0 = e if e > srv0[0] else srv0[0]
+                st0 = sent if sent > srv0[0] else srv0[0]
+                if recv > 0:  # it receives the outputs' message first
+                    x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
             else:
                 st0 = clocks.stream(k, e, sampled, self._chunks_per_server(plan))
-            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out,
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx))
             # -- the requests' state after the step --
             kv_free = free_kv
@@ -217,6 +241,8 @@ class Run:
                 nd, S, kv_free = self._join(k, plan, nd, S, kv_free)
             now = resume
             k += 1
+        if ipc and k == MAX_STEPS:  # what reached the engine before it resumes, as the next step would see it
+            free = intake.receive_and_join(now, free)
         return self._settle(k, rows, free, booked, kv_free, now)
 
     def _begin(self) -> tuple:
@@ -228,20 +254,23 @@ class Run:
         self.gpu_free0 = eng.gpu_free
         self.admission = _Admission(eng.sched.waiting, eng.table.prompt, eng.table.generated, eng.sv.block_size)
         clocks = self.clocks = _Clocks(eng, self.o.fe)
-        intake = self.intake = _Intake(self.o.fe, eng.table, clocks)
+        intake = self.intake = _Intake(self.o.fe, eng.table, clocks, eng if self.ipc else None)
         return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
 
     def shape(self, batch: int, sampled: int) -> tuple:
         """A step's parts that depend on its size alone: scheduling and preparation, that plus the
         launches, the sampled ids' bytes and copy time, the detokenization and the output objects'
-        work, a chunk stream's time."""
-        eng = self.o.e
+        work, a chunk stream's time, the outputs' message at the engine's end and at the API
+        server's (one server: with several, runs have no messages)."""
+        eng, fe = self.o.e, self.o.fe
         cpu = eng.cpu
         sched_c = schedule_cost(cpu, batch)
         nbytes = eng.links.d2h_bytes(sampled)
+        counts = {0: sampled} if sampled else {}
         return (sched_c, sched_c + eng.launch_cost, nbytes, copy_seconds(nbytes, self.bw_min),
                 detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
-                sampled * self.o.fe.cpu.stream_per_chunk)
+                sampled * fe.cpu.stream_per_chunk, eng.outputs_message_cost(counts) if self.ipc else 0.0,
+                fe.receive_costs(counts).get(0, 0.0) if self.ipc else 0.0)
 
     def _mixed(self, k: int, nd: int, ctx: float, free_kv: int, budget: int):
         """A step that runs the partial prefill's next chunk or admits waiting requests, as the
@@ -374,23 +403,28 @@ class Run:
         and the port's totals, the engine's step table, the spans and tokens, the queue's state;
         returns ``now``, when the engine's loop resumes (None, with nothing changed, if no step ran)."""
         o, eng = self.o, self.o.e
-        if k == 0:
+        if k == 0 and not self.intake.took:
             o.fe.give_back_routes(self.intake.routes)
             return None
         first_step = eng.steps.size
-        times = np.array(rows)  # k x 20, every column as floats (whole numbers exactly)
+        times = np.array(rows) if rows else np.empty((0, len(ROW)))  # k x 22, every column as floats
         counts = times[:, COUNTS:].astype(np.int64)
         self._settle_engine(k, times, counts, free, booked)
         self.clocks.settle(times, counts)
         o.fe.took_arrivals(self.intake.nxt)
         o.fe.give_back_routes(self.intake.routes)
-        # a run's engine process runs nothing but its own steps' work: no step's scheduling waits behind
-        # the last mile's there (the wait columns: 0); its tokens cross no process (i: the copy's end,
-        # x: the outputs made)
+        if k == 0:  # no step ran, but arrivals were tokenized and requests received: the engine steps on
+            return None
+        # a run's engine process runs nothing but its own steps' work and the requests' messages in: no
+        # step's scheduling waits behind the last mile's there (the wait columns: 0); its tokens are
+        # detokenized where they were copied (i: the copy's end; x: the outputs made, or at the API
+        # server
+        # x: at the API server, after the outputs' message where one crosses)
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": e_, **dict.fromkeys(WAIT_COLUMNS, zeros)}
+                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": times[:, 15] if self.ipc else e_,
+                      **dict.fromkeys(WAIT_COLUMNS, zeros)}
         eng.settle_run(k, step_times, counts, self.gpu_free0)
         srv_start = self.clocks.starts
         srv_start[0] = times[:, 6]
@@ -422,6 +456,19 @@ class Run:
         labels = {"schedule+launch": sched_total, "detokenize": det_total}
         if built.any():
             labels["output"] = out_total
+        if self.ipc:  # the outputs' messages out, the requests' messages in
+            sent_ = times[:, 14]
+            msg = sent_[emits] - e_[emits]
+            sent = msg > 0
+            sent_total = float(msg[sent].sum())
+            if sent.any():
+                labels["send outputs"] = sent_total
+            intake = self.intake
+            busy += sent_total + intake.received[0]
+            tasks += int(sent.sum()) + intake.received[1]
+            rbusy += sent_total + intake.received[2]
+            if intake.received[1]:
+                labels["receive request"] = intake.received[0]
         proc.settle_run(free, busy, tasks, rbusy, labels)
         nbytes_ = eng.links.d2h_bytes(sampled_[emits])
         secs_total = moved = 0.0
@@ -461,6 +508,18 @@ class _Clocks:
         rec = eng.proc.recorder
         self.spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         self.stream_spans = []  # with spans and several API servers: (step, server, start, end)
+        self.received = [0.0, 0, 0.0]  # one server's outputs' messages received: busy, tasks, recorded busy
+
+    def receive(self, at: float, seconds: float) -> float:
+        """The one API server receives a step's outputs' message, queued at ``at`` (its clock's turn
+        taken already: ``at`` is when it starts); returns when it ends."""
+        state, got = self.srv[0], self.received
+        end = at + seconds
+        state[0] = end
+        got[0] += seconds
+        got[1] += 1
+        got[2] += end - at
+        return end
 
     def stream(self, k: int, e: float, sampled: int, counts) -> float:
         """Step ``k``'s chunks from ``e`` on each API server that holds some (``counts``: chunks per
@@ -507,9 +566,17 @@ class _Clocks:
             state[2] += int(emits.sum())
             state[3] += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
             self.stream_total[0] = streamed
-        for sv, (f, busy, tasks, rbusy), streamed, tokenized in zip(self.servers, srv, self.stream_total,
-                                                                   self.tok_total):
-            labels = {"stream": streamed} if streamed else {}
+        got = self.received
+        if got[1]:
+            state = srv[0]
+            state[1] += got[0]
+            state[2] += got[1]
+            state[3] += got[2]
+        for j, (sv, (f, busy, tasks, rbusy), streamed, tokenized) in enumerate(zip(self.servers, srv, self.stream_total,
+                                                                                 self.tok_total)):
+            labels = {"receive outputs": got[0]} if j == 0 and got[1] else {}
+            if streamed:
+                labels["stream"] = streamed
             if tokenized or "tokenize" in sv.by_label:
                 labels["tokenize"] = tokenized
             sv.settle_run(f, busy, tasks, rbusy, labels)
@@ -519,8 +586,12 @@ class _Intake:
     """The open loop's arrivals during a run: tokenized on the API servers' clocks in time order as
     the steps they overlap are played, and routed to the queue once their tokenization has ended."""
 
-    def __init__(self, fe, table, clocks: _Clocks):
+    def __init__(self, fe, table, clocks: _Clocks, engine=None):
         self.fe, self.t, self.clocks = fe, table, clocks
+        self.engine = engine  # where requests cross to the engine as messages: it, to price their receipt
+        self.received = [0.0, 0, 0.0]  # the requests' messages received on the engine: busy, tasks, recorded busy
+        self.pending: list = []  # received for a step not yet committed: (route, seconds, recorded seconds)
+        self.joining: list = []  # received, not yet queued: their requests in order
         self.arr, self.n = table.arrival.values, table.n
         self.nxt = fe.next_rid  # the next arrival the open loop has not handed over
         self.next_t = float(self.arr[self.nxt]) if self.nxt < self.n else float("inf")
@@ -528,6 +599,55 @@ class _Intake:
         self.next_route = self.routes[0][0] if self.routes else float("inf")  # when the first of them ends
         self.seq = len(self.routes)
         self.tok_spans = []  # with spans: (step, after the step's done event, server, start, end)
+
+    @property
+    def took(self) -> bool:
+        """Whether the run took arrivals from the open loop or received requests on the engine."""
+        return self.nxt != self.fe.next_rid or self.received[1] > 0
+
+    def receive_before(self, k: int, t_done: float, at: float, free: float) -> float:
+        """Before the engine's work at ``at`` (step ``k``'s copy end; ``t_done``: its done event):
+        the arrivals until then tokenized, and the requests whose tokenization ended by then
+        received on the engine's clock ``free`` in that order; returns the clock after them
+        (received for the step: :meth:`keep` commits them, :meth:`unreceive` takes them back)."""
+        if self.next_t <= at:
+            self.tokenize(k, t_done, at)
+        routes, pending, cost = self.routes, self.pending, self.engine.request_message_cost
+        while routes and routes[0][0] <= at:
+            route = heapq.heappop(routes)
+            seconds = cost(route[2])
+            st = route[0] if route[0] > free else free
+            free = st + seconds
+            pending.append((route, seconds, free - st))
+        self.next_route = routes[0][0] if routes else float("inf")
+        return free
+
+    def keep(self) -> None:
+        """The step is committed: what was received for it stays received."""
+        got = self.received
+        for route, seconds, recorded in self.pending:
+            got[0] += seconds
+            got[1] += 1
+            got[2] += recorded
+            self.joining.append(route[2])
+        self.pending.clear()
+
+    def unreceive(self) -> None:
+        """The step is not committed: what was received for it waits to be routed again."""
+        for route, _, _ in self.pending:
+            heapq.heappush(self.routes, route)
+        self.pending.clear()
+        self.next_route = self.routes[0][0] if self.routes else float("inf")
+
+    def receive_and_join(self, a0: float, free: float) -> float:
+        """At a step's start ``a0``: the requests tokenized by then received on the engine's clock
+        ``free`` (in order, after those received earlier), then all of them queued; returns the clock."""
+        free = self.receive_before(-1, a0, a0, free) if self.routes and self.routes[0][0] <= a0 else free
+        self.keep()
+        for rid in self.joining:
+            self.fe.route(rid, received=True)
+        self.joining.clear()
+        return free
 
     def route_due(self, a0: float) -> None:
         """The tokenizations that ended by ``a0`` join the waiting queue."""

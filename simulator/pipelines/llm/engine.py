@@ -192,11 +192,18 @@ class Engine:
         self.spec = spec
         self.sched.lookahead = spec.k
 
-    def enqueue(self, rid: int) -> None:
-        """A tokenized request reaches this engine (as a message, where its API server is another process)."""
-        if self.sv.outputs_cross_to_api and self.cpu.has_ipc:  # a message that costs nothing books nothing
-            book(self.proc, self.env.now, message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid])),
-                 "receive request")
+    def request_message_cost(self, rid: int) -> float:
+        """CPU seconds for this engine's process to receive request ``rid`` from its API server: its
+        message, where the API server is another process (0 where none crosses or messages are free)."""
+        if not (self.sv.outputs_cross_to_api and self.cpu.has_ipc):
+            return 0.0
+        return message_cost(self.cpu, 1, TOKEN_ID_BYTES * float(self.table.prompt[rid]))
+
+    def enqueue(self, rid: int, received: bool = False) -> None:
+        """A tokenized request reaches this engine: its message is received on the engine's process
+        (unless ``received``: a closed-form run booked it on the clock it plays), then it waits."""
+        if not received:  # a message that costs nothing books nothing
+            book(self.proc, self.env.now, self.request_message_cost(rid), "receive request")
         self.sched.waiting.append(rid)
         self.outstanding += 1
         self._wake_up()
@@ -471,9 +478,14 @@ class Engine:
     def send_outputs(self, proc: CPUProcess, at: float, emit) -> float:
         """Serialize and send a step's outputs to the API servers (one message per server that
         holds some of ``emit``); returns when the last is sent (``at`` if nothing crosses)."""
+        return book(proc, at, self.outputs_message_cost(self.sink.counts(emit)), "send outputs")
+
+    def outputs_message_cost(self, counts: dict) -> float:
+        """CPU seconds to serialize a step's outputs for the API servers (``counts``: entries per API
+        server that holds some): one message each, where they are other processes (else 0)."""
         if not self.sv.outputs_cross_to_api or not self.cpu.has_ipc:
-            return at
-        return book(proc, at, self.sink.message_cost(emit), "send outputs")
+            return 0.0
+        return self.sink.messages_cost(counts)
 
     def finish_step(self, step: Step, wait: bool = True):
         """Output processing after the step's D2H: hand the tokens over to where they are

@@ -124,12 +124,13 @@ class Frontend:
         """The replica the router sends request ``rid`` to."""
         return self.router.pick(self.engines, rid)
 
-    def route(self, rid: int, k: int | None = None) -> None:
-        """Hand tokenized request ``rid`` to replica ``k`` (the router's choice when None)."""
+    def route(self, rid: int, k: int | None = None, received: bool = False) -> None:
+        """Hand tokenized request ``rid`` to replica ``k`` (the router's choice when None; ``received``:
+        a closed-form run booked its message on the engine's process)."""
         if k is None:
             k = self._pick(rid)
         self.table.replica[rid] = k
-        self.engines[k].enqueue(rid)
+        self.engines[k].enqueue(rid, received)
 
     def _deliver(self, step: int, emit, send, prefill_flag, done, marks: dict, done_send, gen) -> None:
         """Record every emitted token's row; sent chunks reach the client over its link.
@@ -179,18 +180,19 @@ class Frontend:
             read[i] = self.loadgen.submit(float(at[i]), cost, "read chunk")[1]
         return read
 
-    def message_cost(self, emit) -> float:
+    def messages_cost(self, counts: dict) -> float:
         """CPU seconds to serialize a step's outputs for the API servers: one message per server
-        that holds some of ``emit`` (the receiving end costs as much, booked by :meth:`_receive`)."""
-        return sum(output_message_cost(self.sv, n) for n in self._counts(emit).values())
+        that holds some (``counts``: entries per such server; the receiving end costs as much,
+        booked by :meth:`receive_costs`)."""
+        return sum(output_message_cost(self.sv, n) for n in counts.values())
 
-    def _receive(self, counts: dict) -> dict:
+    def receive_costs(self, counts: dict) -> dict:
         """Per API server, the seconds to receive and deserialize its part of a step's outputs."""
         if self.sv.shared or not self.cpu.has_ipc:
             return {}
         return {j: cost for j, n in counts.items() if (cost := output_message_cost(self.sv, n)) > 0}
 
-    def _counts(self, emit) -> dict[int, int]:
+    def counts(self, emit) -> dict[int, int]:
         """Requests of ``emit`` per API server that holds some (in server order): the work of a step
         grows with the servers it touches, never with the servers there are."""
         if len(self.servers) == 1:
@@ -200,7 +202,7 @@ class Frontend:
         return dict(zip(held.tolist(), counts[held].tolist()))
 
     def _token_counts(self, emit, emitted, counts: dict) -> dict[int, int]:
-        """Tokens per API server (those of ``counts``, :meth:`_counts` of ``emit``) of a step whose
+        """Tokens per API server (those of ``counts``, :meth:`counts` of ``emit``) of a step whose
         requests emitted ``emitted`` tokens each."""
         if len(self.servers) == 1:
             return {0: int(emitted.sum())}
@@ -264,7 +266,7 @@ class Frontend:
         part of the step's outputs and serializes one SSE chunk per sending request."""
         i, o, e = made
         sent_ids = streaming(emit, send)
-        receive = self._receive(self._counts(sent_ids)) if self.cpu.has_ipc else {}
+        receive = self.receive_costs(self.counts(sent_ids)) if self.cpu.has_ipc else {}
         lead = {j: [("receive outputs", c, "x")] for j, c in receive.items()}
         serialized, marks = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
         x = self._per_row(emit, marks, "x", e)
@@ -276,11 +278,11 @@ class Frontend:
         (``emitted``: tokens per request where one may emit several, as with speculative decoding;
         None: one each)."""
         c = self.cpu
-        counts = self._counts(emit)
-        receive = self._receive(counts)
+        counts = self.counts(emit)
+        receive = self.receive_costs(counts)
         tokens = counts if emitted is None else self._token_counts(emit, emitted, counts)
         sent_ids = streaming(emit, send)
-        chunks = counts if send is None else self._counts(sent_ids)
+        chunks = counts if send is None else self.counts(sent_ids)
         lead = {}
         for j in counts:
             lead[j] = ([("receive outputs", receive[j], "i")] if j in receive else []) + [
