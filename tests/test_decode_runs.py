@@ -140,6 +140,17 @@ def test_runs_reproduce_engine_profiles_whose_processes_exchange_messages(engine
     assert b.summary["breakdown_share"]["ipc"] > 0  # the messages were priced, not skipped
 
 
+@pytest.mark.parametrize("extra", [{}, {"max_sim_time": "30 s"}])
+def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
+    # vLLM 0.5: one clock for tokenization, the steps' work and the streams; a step's scheduling
+    # waits behind the stream of the step before it (the wait is the stream's, in the breakdown)
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": "vllm-0.5"})
+    a, b = both(raw, **extra)
+    assert coalesced[0] > 0.5 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["breakdown_share"]["stream"] > 0
+
+
 @pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
                                     {"serving.stream_interval": 4}, {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
@@ -186,10 +197,12 @@ def covered_set_ups(draw):
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
     ipc = draw(st.booleans())  # requests and outputs cross between processes as messages (one API server)
+    process = draw(st.sampled_from(["own", "engine"]))  # the API server's own process or the engine's (one clock)
     serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
+               "api_server_process": process,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc else draw(st.integers(1, 3)),
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
                "decode_attention": draw(st.sampled_from(["paged", "contiguous"])),

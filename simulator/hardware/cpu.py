@@ -133,6 +133,12 @@ class CPUProcess:
         if self.recorder is not None:
             self.recorder.busy[self.track] = recorded
 
+    def ran(self, start: float, end: float, label: str) -> None:
+        """A task a closed-form run of steps played on this clock (its totals settled with
+        :meth:`settle_run`), kept in the history for the waits of tasks submitted after the run."""
+        if self.keep_history:
+            self.history.append((start, end, label))
+
     def recorded_busy(self) -> float:
         """The busy seconds the recorder holds for this process's track (0 without a recorder)."""
         return self.recorder.busy.get(self.track, 0.0) if self.recorder is not None else 0.0

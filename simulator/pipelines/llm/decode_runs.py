@@ -4,12 +4,14 @@ In an engine whose every step is a closed form of its batch (which set-ups those
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
 synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
 workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
-prefix cache or host KV tier, inter-process messages only with one API server and no spans),
+prefix cache or host KV tier, inter-process messages or the API server in the engine's process
+only with one API server and no spans),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
 tokenization has ended join the waiting queue (where the API server is another process, each
 request's message is received on the engine's clock at its tokenization's end, in time order
-between the steps' own work, and each step's outputs are sent and received as a message); the
+between the steps' own work, and each step's outputs are sent and received as a message; where
+the API server is the engine's process, the arrivals are tokenized on the engine's own clock); the
 step is scheduled as vLLM V1's scheduler would (the running
 decodes, the one partial prefill, then the waiting requests in order while the token budget, the
 batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
@@ -38,7 +40,7 @@ import numpy as np
 
 from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
-from ...observe.attribution import WAIT_COLUMNS, check_ordered
+from ...observe.attribution import WAIT_COLUMNS, check_ordered, wait_activity
 from .run_records import record_spans, record_tokens
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
@@ -110,6 +112,8 @@ class Run:
         t = eng.table
         # requests and outputs cross between the engine's and the API server's processes as messages
         self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
+        # or the API server runs in the engine's process: one clock for both (vLLM <= 0.5)
+        self.shared = owner.fe.sv.shared
         bs = eng.sv.block_size
         ids = run.tolist()
         n = len(ids) - last_partial
@@ -153,26 +157,19 @@ class Run:
         budget, bs, horizon = eng.sv.max_batched_tokens, eng.sv.block_size, o.horizon
         lat, booked, decode_time, clocks, intake = self._begin()
         shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
-        free, gpu_free = eng.proc.free_at, eng.gpu_free
-        kv_free, kv_total = sched.pool.free, sched.pool.total
+        free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, single, waiting = clocks.srv[0], clocks.single, sched.waiting
-        cnt, ending, S, nd = self.cnt, self.ending, self.S, self.nd
-        ipc = self.ipc
-        rows = []
-        k = 0
+        cnt, ending, S, nd, ipc, shared = self.cnt, self.ending, self.S, self.nd, self.ipc, self.shared
+        rows, k, between = [], 0, intake.mode is not None
         while k < MAX_STEPS:
             a0 = now
-            if ipc:  # their messages received on the engine's process in time order, then queued
-                free = intake.receive_and_join(a0, free)
-            elif intake.next_route <= a0:  # tokenized before this step: they join the queue
-                intake.route_due(a0)
-            # -- schedule (vLLM V1's rule for this state, as Scheduler.schedule computes it) --
-            if nd + (self.partial >= 0) > budget:
+            if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
+                free = intake.join(a0, free)
+            # schedule: vLLM V1's rule, as Scheduler.schedule computes it (where the decodes' blocks do
+            # not fit, the step-by-step path preempts)
+            if nd + (self.partial >= 0) > budget or cnt[k % bs] > kv_free:
                 break
-            alloc = cnt[k % bs]
-            if alloc > kv_free:
-                break  # the decodes' blocks do not fit: the step-by-step path preempts
-            free_kv = kv_free - alloc
+            free_kv = kv_free - cnt[k % bs]
             ctx = float(S) + nd
             if self.partial < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
                 if not nd:
@@ -190,39 +187,29 @@ class Run:
             launched = start + sl
             a1 = start + sched_c
             g0 = a1 if a1 > gpu_free else gpu_free
-            g1 = g0 + compute
-            if launched > g1:
-                g1 = launched
+            g1 = max(g0 + compute, launched)
             begin, d1 = booked_copy(booked, g1, lat, secs)
-            t_done = a0 + (d1 - a0)  # the step's done event
+            t_done = s2 = e = sent = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
-                if ipc:  # the requests' messages received before the copy's end come first there
+                ready = launched
+                if between:  # work that reached the engine's clock before the copy's end runs first
                     if not d1 < horizon:
                         break
-                    ready = intake.receive_before(k, t_done, d1, launched)
-                else:
-                    ready = launched
+                    ready = intake.before_outputs(k, t_done, d1, launched)
                 s2 = d1 if d1 > ready else ready
                 e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
                 sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
                 resume = t_done + (sent - t_done) if sent > t_done else t_done
-            else:
-                s2 = e = sent = resume = t_done
             if not resume < horizon:
-                if ipc:
-                    intake.unreceive()
+                intake.undo()
                 break
-            # -- committed (its busy times, KV-time, bytes are summed over the run at its end) --
-            if ipc:
-                intake.keep()
-            free = sent if sampled else launched
-            gpu_free = g1
-            if nbytes > 0:
-                booked = d1
+            free = sent if sampled else launched  # committed (busy times, KV-time, bytes summed at the end)
+            if between:
+                intake.commit(free)
+            gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
             if intake.next_t <= resume:  # the arrivals this step overlaps: tokenized in time order
                 intake.tokenize(k, t_done, resume)
-            # -- the step's outputs: each API server serializes its requests' chunks at e --
-            x = e
+            x = e  # the step's outputs: each API server serializes its requests' chunks at e
             if sampled and single:  # the common case: one API server streams every chunk
                 st0 = sent if sent > srv0[0] else srv0[0]
                 if recv > 0:  # it receives the outputs' message first
@@ -230,20 +217,24 @@ class Run:
                 srv0[0] = st0 + dur
             else:
                 st0 = clocks.stream(k, e, sampled, self._chunks_per_server(plan))
+            if shared:  # the API server's clock is the engine's
+                free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx))
-            # -- the requests' state after the step --
-            kv_free = free_kv
-            S += nd
-            if k in ending:
-                nd, S, kv_free = self._finish(k, nd, S, kv_free)
-            if plan is not None:
-                nd, S, kv_free = self._join(k, plan, nd, S, kv_free)
+            kv_free, S = free_kv, S + nd  # the requests' state after the step
+            if k in ending or plan is not None:
+                nd, S, kv_free = self._after(k, plan, nd, S, kv_free)
             now = resume
             k += 1
-        if ipc and k == MAX_STEPS:  # what reached the engine before it resumes, as the next step would see it
-            free = intake.receive_and_join(now, free)
         return self._settle(k, rows, free, booked, kv_free, now)
+
+    def _after(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
+        """After step ``k``: the decodes that ended there leave, the prefills it ran progress or join."""
+        if k in self.ending:
+            nd, S, kv_free = self._finish(k, nd, S, kv_free)
+        if plan is not None:
+            nd, S, kv_free = self._join(k, plan, nd, S, kv_free)
+        return nd, S, kv_free
 
     def _begin(self) -> tuple:
         """The run's constants and helpers: the copy's latency, when its port is booked until, the
@@ -403,6 +394,8 @@ class Run:
         and the port's totals, the engine's step table, the spans and tokens, the queue's state;
         returns ``now``, when the engine's loop resumes (None, with nothing changed, if no step ran)."""
         o, eng = self.o, self.o.e
+        if self.ipc and k == MAX_STEPS:  # what reached the engine before it resumes, as the next step would see it
+            free = self.intake.receive_and_join(now, free)
         if k == 0 and not self.intake.took:
             o.fe.give_back_routes(self.intake.routes)
             return None
@@ -425,6 +418,8 @@ class Run:
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
                       "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": times[:, 15] if self.ipc else e_,
                       **dict.fromkeys(WAIT_COLUMNS, zeros)}
+        if self.shared:
+            step_times.update(self._shared_waits(times, counts))
         eng.settle_run(k, step_times, counts, self.gpu_free0)
         srv_start = self.clocks.starts
         srv_start[0] = times[:, 6]
@@ -436,6 +431,27 @@ class Run:
         require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")
         pool.check()
         return now
+
+    def _shared_waits(self, times, counts) -> dict:
+        """With the API server in the engine's process, what each step's scheduling waited behind there
+        (``attribution.wait_activity``): the step before's stream task (tokenizations are not the last
+        mile), the first step's from the process's history; the last stream task goes into that history,
+        for the step after the run."""
+        proc = self.o.e.proc
+        a0, st0, start = times[:, 0], times[:, 6], times[:, 7]
+        dur = counts[:, 4] * self.o.fe.cpu.stream_per_chunk
+        streamed = (st0 + dur) - st0
+        wstr = np.zeros(len(a0))
+        waited = (dur[:-1] > 0) & (start[1:] > a0[1:])
+        wstr[1:][waited] = streamed[:-1][waited]
+        first = wait_activity(proc, float(a0[0]), float(start[0]))
+        waits = {w: np.zeros(len(a0)) for w in WAIT_COLUMNS}
+        for w, seconds in zip(WAIT_COLUMNS, first):
+            waits[w][0] = seconds
+        waits["wstr"][1:] = wstr[1:]
+        if dur[-1] > 0:
+            proc.ran(float(st0[-1]), float(st0[-1] + dur[-1]), "stream")
+        return waits
 
     def _settle_engine(self, k: int, times, counts, free: float, booked: float) -> None:
         """What the run's steps add to the engine process's totals and to the copy's port."""
@@ -499,7 +515,10 @@ class _Clocks:
     def __init__(self, eng, fe):
         self.servers = fe.servers
         self.pc = fe.cpu.stream_per_chunk
-        self.srv = [[sv.free_at, sv.busy, sv.tasks, sv.recorded_busy()] for sv in self.servers]
+        # where the API server is the engine's process, what its tasks add (the engine's are added apart)
+        self.shared = fe.sv.shared
+        self.srv = [[sv.free_at, 0.0, 0, 0.0] if self.shared else [sv.free_at, sv.busy, sv.tasks, sv.recorded_busy()]
+                    for sv in self.servers]
         n = len(self.srv)
         self.single = n == 1
         self.starts = [[] for _ in range(n)]  # per server after the first: when each step's stream task began
@@ -579,6 +598,8 @@ class _Clocks:
                 labels["stream"] = streamed
             if tokenized or "tokenize" in sv.by_label:
                 labels["tokenize"] = tokenized
+            if self.shared:  # added to what the engine's own work left there
+                busy, tasks, rbusy = sv.busy + busy, sv.tasks + tasks, sv.recorded_busy() + rbusy
             sv.settle_run(f, busy, tasks, rbusy, labels)
 
 
@@ -589,9 +610,13 @@ class _Intake:
     def __init__(self, fe, table, clocks: _Clocks, engine=None):
         self.fe, self.t, self.clocks = fe, table, clocks
         self.engine = engine  # where requests cross to the engine as messages: it, to price their receipt
+        # what the engine's clock runs between a step's launch and its outputs, if anything: the
+        # requests' messages in ("ipc"), or, where the API server is the engine's process, tokenizations
+        self.mode = "ipc" if engine is not None else "shared" if fe.sv.shared else None
         self.received = [0.0, 0, 0.0]  # the requests' messages received on the engine: busy, tasks, recorded busy
         self.pending: list = []  # received for a step not yet committed: (route, seconds, recorded seconds)
         self.joining: list = []  # received, not yet queued: their requests in order
+        self.saved = None  # with the API server in the engine's process: the state before a step's tokenizations
         self.arr, self.n = table.arrival.values, table.n
         self.nxt = fe.next_rid  # the next arrival the open loop has not handed over
         self.next_t = float(self.arr[self.nxt]) if self.nxt < self.n else float("inf")
@@ -639,6 +664,51 @@ class _Intake:
         self.pending.clear()
         self.next_route = self.routes[0][0] if self.routes else float("inf")
 
+    def tokenize_on(self, k: int, t_done: float, at: float, free: float) -> float:
+        """With the API server in the engine's process (one clock, ``free``): the arrivals until
+        ``at`` (step ``k``'s copy end) tokenized there before the engine's work at ``at``; returns
+        the clock after them (for the step: :meth:`commit` keeps them, :meth:`untokenize` undoes them)."""
+        clocks = self.clocks
+        state = clocks.srv[0]
+        self.saved = (state[:], self.nxt, self.next_t, list(self.routes), self.next_route, self.seq,
+                      clocks.tok_total[:], len(self.tok_spans))
+        state[0] = free
+        if self.next_t <= at:
+            self.tokenize(k, t_done, at)
+        return state[0]
+
+    def before_outputs(self, k: int, t_done: float, at: float, free: float) -> float:
+        """What the engine's clock ``free`` runs from step ``k``'s launch until its outputs at ``at``
+        (:meth:`receive_before` or :meth:`tokenize_on`); returns the clock after it, for the step."""
+        if self.mode == "ipc":
+            return self.receive_before(k, t_done, at, free)
+        return self.tokenize_on(k, t_done, at, free)
+
+    def commit(self, free: float) -> None:
+        """The step is committed (``free``: the engine's clock after it): what it received stays
+        received; where the API server is the engine's process, its clock is the engine's."""
+        if self.mode == "ipc":
+            self.keep()
+        else:
+            self.saved = None
+            self.clocks.srv[0][0] = free
+
+    def undo(self) -> None:
+        """The step is not committed: what it received or tokenized on the engine's clock is undone."""
+        if self.mode == "ipc":
+            self.unreceive()
+        elif self.mode == "shared" and self.saved is not None:
+            self.untokenize()
+
+    def untokenize(self) -> None:
+        """The step is not committed: its tokenizations are undone (the event path makes them again;
+        the table's times it wrote are written again then)."""
+        state, self.nxt, self.next_t, self.routes, self.next_route, self.seq, tok_total, spans = self.saved
+        self.clocks.srv[0][:] = state
+        self.clocks.tok_total[:] = tok_total
+        del self.tok_spans[spans:]
+        self.saved = None
+
     def receive_and_join(self, a0: float, free: float) -> float:
         """At a step's start ``a0``: the requests tokenized by then received on the engine's clock
         ``free`` (in order, after those received earlier), then all of them queued; returns the clock."""
@@ -649,11 +719,19 @@ class _Intake:
         self.joining.clear()
         return free
 
+    def join(self, a0: float, free: float) -> float:
+        """At a step's start ``a0``: the requests tokenized by then join the queue (where they cross to
+        the engine as messages, received first on its clock ``free``); returns the clock."""
+        if self.mode == "ipc":
+            return self.receive_and_join(a0, free)
+        self.route_due(a0)
+        return free
+
     def route_due(self, a0: float) -> None:
         """The tokenizations that ended by ``a0`` join the waiting queue."""
         routes = self.routes
         while routes and routes[0][0] <= a0:
-            self.fe.route(heapq.heappop(routes)[2])
+            self.fe.route_tokenized(heapq.heappop(routes)[2])
         self.next_route = routes[0][0] if routes else float("inf")
 
     def tokenize(self, k: int, t_done: float, resume: float) -> None:

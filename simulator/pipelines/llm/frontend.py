@@ -16,7 +16,7 @@ from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_mes
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("api_server_process", only("own"), "a run books no API-server work on the engine's process", "frontend")
+declare("api_server_process", owner="frontend")
 declare("api_servers", owner="frontend")
 declare("stream_interval", only(1), "a run streams every token as it is made", "frontend")
 declare("chunk_bytes_per_token", owner="frontend")
@@ -118,7 +118,15 @@ class Frontend:
     def give_back_routes(self, routes: list) -> None:
         """What a decode run did not route: routed at their ends, in their order."""
         for at, _, rid in sorted(routes):
-            self._route_at(rid, at)
+            self._route_at(rid, at, self._chosen(rid))
+
+    def route_tokenized(self, rid: int) -> None:
+        """Route request ``rid``, tokenized in a decode run: to the replica chosen on its arrival
+        where the API servers are engine processes, else to the router's choice now (as :meth:`arrive`)."""
+        self.route(rid, self._chosen(rid))
+
+    def _chosen(self, rid: int) -> int | None:
+        return int(self.table.api[rid]) if self.sv.shared else None  # API server j is replica j's
 
     def _pick(self, rid: int) -> int:
         """The replica the router sends request ``rid`` to."""
