@@ -140,6 +140,21 @@ def test_runs_reproduce_engine_profiles_whose_processes_exchange_messages(engine
     assert b.summary["breakdown_share"]["ipc"] > 0  # the messages were priced, not skipped
 
 
+@pytest.mark.parametrize("engine, extra", [("vllm-v1", {}), ("reference", {"max_sim_time": "30 s"}),
+                                           ("trtllm", {"serving": {"gpu_memory_utilization": 0.25}})])
+def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesced):
+    # vLLM V1's OutputProcessor without async scheduling: the engine sends the sampled ids on and
+    # goes on; the API server receives them, detokenizes, builds the outputs and streams; the next
+    # step's scheduling waits behind the message's sending; a step's outputs still on their way when
+    # a run starts are delivered first
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={
+        "engine": engine, **SYNC_IN_ENGINE, "detokenizer": "api_server", **extra.get("serving", {})})
+    a, b = both(raw, **{k: v for k, v in extra.items() if k != "serving"})
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["breakdown_share"]["detokenize"] > 0
+
+
 @pytest.mark.parametrize("extra", [{}, {"max_sim_time": "30 s"}])
 def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     # vLLM 0.5: one clock for tokenization, the steps' work and the streams; a step's scheduling
@@ -191,18 +206,21 @@ def test_decode_time_is_the_step_cost_to_the_last_bit(model, tp, pp, extra):
 @st.composite
 def covered_set_ups(draw):
     """A single-GPU scenario drawn from the settings closed-form runs cover (``run_support``): CPU
-    costs, batch and token budgets, block sizes, API servers, chunked prefill, a small KV pool
-    that preempts, the decode attention layout, the SSE chunk sizes, the counterfactual's free last
-    mile; arrivals and token counts drawn too."""
+    costs, inter-process messages, where the API server runs and who detokenizes, batch and token
+    budgets, block sizes, API servers, chunked prefill, a small KV pool that preempts, the decode
+    attention layout, the SSE chunk sizes, the counterfactual's free last mile; arrivals and token
+    counts drawn too."""
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
     ipc = draw(st.booleans())  # requests and outputs cross between processes as messages (one API server)
-    process = draw(st.sampled_from(["own", "engine"]))  # the API server's own process or the engine's (one clock)
+    detokenizer = draw(st.sampled_from(["engine", "api_server"]))  # where the sampled ids are detokenized
+    # the API server's own process or the engine's (one clock; it detokenizes in the engine there)
+    process = "own" if detokenizer == "api_server" else draw(st.sampled_from(["own", "engine"]))
     serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
-               "api_server_process": process,
+               "api_server_process": process, "detokenizer": detokenizer,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" else draw(st.integers(1, 3)),
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
                "decode_attention": draw(st.sampled_from(["paged", "contiguous"])),

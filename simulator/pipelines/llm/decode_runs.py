@@ -2,7 +2,7 @@
 
 In an engine whose every step is a closed form of its batch (which set-ups those are, each serving
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
-synchronous overlap, detokenization in the engine, every token streamed, one replica, an open-loop
+synchronous overlap, detokenization in the engine or the API server, every token streamed, one replica, an open-loop
 workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
 prefix cache or host KV tier, inter-process messages or the API server in the engine's process
 only with one API server and no spans),
@@ -11,8 +11,9 @@ are known. So a run of steps can be played forward at once: before each step, th
 tokenization has ended join the waiting queue (where the API server is another process, each
 request's message is received on the engine's clock at its tokenization's end, in time order
 between the steps' own work, and each step's outputs are sent and received as a message; where
-the API server is the engine's process, the arrivals are tokenized on the engine's own clock); the
-step is scheduled as vLLM V1's scheduler would (the running
+the API server is the engine's process, the arrivals are tokenized on the engine's own clock;
+where the API server detokenizes, the engine sends the sampled ids on and the API server receives,
+detokenizes, builds the outputs and streams them); the step is scheduled as vLLM V1's scheduler would (the running
 decodes, the one partial prefill, then the waiting requests in order while the token budget, the
 batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
 arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
@@ -47,12 +48,14 @@ from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
-       "schedule+launch", "detokenize", "output", "sent", "x", "batch", "decodes", "prefill tokens", "KV blocks used", "sampled",
-       "decode context")
+       "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "batch", "decodes", "prefill tokens",
+       "KV blocks used", "sampled", "decode context")
 """A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
 start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
 work (scheduling and launch, detokenization, output objects), when its outputs were sent and were at the
-first API server (its message received there: ``x``), then its counts."""
+first API server (its message received there: ``x``), when their message began to be sent, when they were
+at the process that detokenizes them (``i``), then its counts. Where the API server detokenizes, the
+detokenization's start, its work, the outputs' and ``e`` are the API server's."""
 
 COUNTS = ROW.index("batch")
 """The first integer column of a run's step table."""
@@ -89,7 +92,7 @@ class DecodeRuns:
         if len(running) > budget or (not running and not sched.waiting):
             return None
         now = eng.env.now
-        if now >= self.horizon:
+        if now >= self.horizon or not self._outputs_delivered():
             return None
         run = np.fromiter(running, dtype=np.int64, count=len(running))
         comp = t.computed[run]
@@ -103,6 +106,21 @@ class DecodeRuns:
         return Run(self, run, comp, target, gen, bool(len(run) and partial[-1])).play(now)
 
 
+    def _outputs_delivered(self) -> bool:
+        """Whether no step's outputs are on their way to the API server, after delivering those that are
+        now where nothing else reaches the API server before they do (no arrival): what they book there
+        comes before any work of the run's, as it would stepped."""
+        eng, fe = self.e, self.fe
+        pending = eng.outputs_pending
+        if pending is None:
+            return True
+        t = eng.table
+        if fe.next_rid < t.n and t.arrival.values[fe.next_rid] <= pending[0]:
+            return False
+        eng.deliver_pending()
+        return True
+
+
 class Run:
     """One run's state while it is played and recorded: the requests as slots in running order."""
 
@@ -114,6 +132,8 @@ class Run:
         self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
         # or the API server runs in the engine's process: one clock for both (vLLM <= 0.5)
         self.shared = owner.fe.sv.shared
+        # the API server detokenizes and builds the outputs (vLLM V1, TensorRT-LLM's serve)
+        self.in_api = eng.sv.detokenizer == "api_server"
         bs = eng.sv.block_size
         ids = run.tolist()
         n = len(ids) - last_partial
@@ -159,8 +179,8 @@ class Run:
         shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, single, waiting = clocks.srv[0], clocks.single, sched.waiting
-        cnt, ending, S, nd, ipc, shared = self.cnt, self.ending, self.S, self.nd, self.ipc, self.shared
-        rows, k, between = [], 0, intake.mode is not None
+        cnt, ending, S, nd, ipc, shared, in_api = self.cnt, self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
+        rows, k, special = [], 0, intake.mode is not None or in_api
         while k < MAX_STEPS:
             a0 = now
             if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
@@ -189,37 +209,39 @@ class Run:
             g0 = a1 if a1 > gpu_free else gpu_free
             g1 = max(g0 + compute, launched)
             begin, d1 = booked_copy(booked, g1, lat, secs)
-            t_done = s2 = e = sent = resume = a0 + (d1 - a0)  # the step's done event
+            t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
-                ready = launched
-                if between:  # work that reached the engine's clock before the copy's end runs first
-                    if not d1 < horizon:
+                if special:  # messages, one clock with the API server, or the API server detokenizing
+                    got = self._engine_outputs(k, t_done, d1, launched, det, out, msg)
+                    if got is None:
                         break
-                    ready = intake.before_outputs(k, t_done, d1, launched)
-                s2 = d1 if d1 > ready else ready
-                e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
-                sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
-                resume = t_done + (sent - t_done) if sent > t_done else t_done
-            if not resume < horizon:
+                    s2, e, sent, ss, resume, after = got
+                else:
+                    s2 = d1 if d1 > launched else launched
+                    e = ss = sent = after = s2 + det + out  # detokenized at s2 + det, as the engine books it
+                    resume = t_done + (e - t_done) if e > t_done else t_done
+            if not resume < horizon or (in_api and not sent < horizon):
                 intake.undo()
                 break
-            free = sent if sampled else launched  # committed (busy times, KV-time, bytes summed at the end)
-            if between:
+            free = after if sampled else launched  # committed (busy times, KV-time, bytes summed at the end)
+            if intake.mode is not None:
                 intake.commit(free)
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
-            if intake.next_t <= resume:  # the arrivals this step overlaps: tokenized in time order
-                intake.tokenize(k, t_done, resume)
+            if intake.next_t <= (sent if in_api else resume):  # the arrivals this step overlaps, in time order
+                intake.tokenize(k, t_done, sent if in_api else resume)
+            if in_api and sampled:  # the API server receives the ids, detokenizes them, builds the outputs
+                i, s2, e = clocks.detokenize(sent, recv, det, out)
             x = e  # the step's outputs: each API server serializes its requests' chunks at e
             if sampled and single:  # the common case: one API server streams every chunk
                 st0 = sent if sent > srv0[0] else srv0[0]
-                if recv > 0:  # it receives the outputs' message first
+                if recv > 0 and not in_api:  # it receives the outputs' message first
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
             else:
                 st0 = clocks.stream(k, e, sampled, self._chunks_per_server(plan))
             if shared:  # the API server's clock is the engine's
                 free = srv0[0]
-            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x,
+            rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx))
             kv_free, S = free_kv, S + nd  # the requests' state after the step
             if k in ending or plan is not None:
@@ -227,6 +249,28 @@ class Run:
             now = resume
             k += 1
         return self._settle(k, rows, free, booked, kv_free, now)
+
+    def _engine_outputs(self, k: int, t_done: float, d1: float, launched: float, det: float, out: float,
+                        msg: float) -> tuple | None:
+        """Step ``k``'s work on the engine's clock after its copy (``d1``; ``t_done``: its done event)
+        where more than the engine's own tasks run there or the API server detokenizes: what reached
+        the clock before ``d1`` first (the requests' messages in, or tokenizations on the one clock),
+        then the detokenization and the outputs (or, for the API server, the sampled ids' message).
+        Returns (detokenization start, outputs made, sent, send start, when the loop resumes, the
+        clock after), or None where the horizon comes first."""
+        ready = launched
+        if self.intake.mode is not None:
+            if not d1 < self.o.horizon:
+                return None
+            ready = self.intake.before_outputs(k, t_done, d1, launched)
+        s2 = d1 if d1 > ready else ready
+        if self.in_api:  # the engine sends the ids on (a message that costs nothing is none) and goes on
+            if msg > 0:
+                return s2, t_done, s2 + msg, s2, t_done, s2 + msg
+            return s2, t_done, d1, s2, t_done, ready
+        e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
+        sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
+        return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent
 
     def _after(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """After step ``k``: the decodes that ended there leave, the prefills it ran progress or join."""
@@ -258,6 +302,8 @@ class Run:
         sched_c = schedule_cost(cpu, batch)
         nbytes = eng.links.d2h_bytes(sampled)
         counts = {0: sampled} if sampled else {}
+        if self.in_api:  # the detokenization and the output objects are the API server's work
+            cpu = fe.cpu
         return (sched_c, sched_c + eng.launch_cost, nbytes, copy_seconds(nbytes, self.bw_min),
                 detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
                 sampled * fe.cpu.stream_per_chunk, eng.outputs_message_cost(counts) if self.ipc else 0.0,
@@ -408,6 +454,8 @@ class Run:
         o.fe.give_back_routes(self.intake.routes)
         if k == 0:  # no step ran, but arrivals were tokenized and requests received: the engine steps on
             return None
+        if self.in_api and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
+            o.fe.env.timeout(float(times[-1, 14]) - o.fe.env.now)  # the simulation lasts until then, as stepped
         # a run's engine process runs nothing but its own steps' work and the requests' messages in: no
         # step's scheduling waits behind the last mile's there (the wait columns: 0); its tokens are
         # detokenized where they were copied (i: the copy's end; x: the outputs made, or at the API
@@ -416,10 +464,12 @@ class Run:
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": d1_, "o": o_, "e": e_, "x": times[:, 15] if self.ipc else e_,
+                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api else d1_, "o": o_, "e": e_,
+                      "x": times[:, 15] if self.ipc and not self.in_api else e_,
                       **dict.fromkeys(WAIT_COLUMNS, zeros)}
-        if self.shared:
-            step_times.update(self._shared_waits(times, counts))
+        waits = self._waits(times, counts)
+        if waits is not None:
+            step_times.update(waits)
         eng.settle_run(k, step_times, counts, self.gpu_free0)
         srv_start = self.clocks.starts
         srv_start[0] = times[:, 6]
@@ -432,25 +482,31 @@ class Run:
         pool.check()
         return now
 
-    def _shared_waits(self, times, counts) -> dict:
-        """With the API server in the engine's process, what each step's scheduling waited behind there
-        (``attribution.wait_activity``): the step before's stream task (tokenizations are not the last
-        mile), the first step's from the process's history; the last stream task goes into that history,
-        for the step after the run."""
+    def _waits(self, times, counts) -> dict | None:
+        """What each step's scheduling waited behind on the engine's process (``attribution.wait_activity``)
+        where the step before left last-mile work there past its end: its stream, where the API server
+        is the engine's process; the sampled ids' message, where the API server detokenizes. The first
+        step's is read from the process's history, and the last step's task goes into it, for the step
+        after the run. None where no step leaves such work (the columns are 0)."""
+        if self.shared:
+            dur = counts[:, 4] * self.o.fe.cpu.stream_per_chunk
+            begin, column, label = times[:, 6], "wstr", "stream"
+            end, held = begin + dur, dur > 0
+        elif self.in_api and self.ipc:
+            begin, end, column, label = times[:, 16], times[:, 14], "wipc", "send outputs"
+            held = (counts[:, 4] > 0) & (end > begin)
+        else:
+            return None
         proc = self.o.e.proc
-        a0, st0, start = times[:, 0], times[:, 6], times[:, 7]
-        dur = counts[:, 4] * self.o.fe.cpu.stream_per_chunk
-        streamed = (st0 + dur) - st0
-        wstr = np.zeros(len(a0))
-        waited = (dur[:-1] > 0) & (start[1:] > a0[1:])
-        wstr[1:][waited] = streamed[:-1][waited]
-        first = wait_activity(proc, float(a0[0]), float(start[0]))
+        a0, start = times[:, 0], times[:, 7]
         waits = {w: np.zeros(len(a0)) for w in WAIT_COLUMNS}
-        for w, seconds in zip(WAIT_COLUMNS, first):
+        for w, seconds in zip(WAIT_COLUMNS, wait_activity(proc, float(a0[0]), float(start[0]))):
             waits[w][0] = seconds
-        waits["wstr"][1:] = wstr[1:]
-        if dur[-1] > 0:
-            proc.ran(float(st0[-1]), float(st0[-1] + dur[-1]), "stream")
+        overlap = np.minimum(end[:-1], start[1:]) - np.maximum(begin[:-1], a0[1:])
+        waited = held[:-1] & (start[1:] > a0[1:]) & (overlap > 0)
+        waits[column][1:][waited] = overlap[waited]
+        if held[-1]:
+            proc.ran(float(begin[-1]), float(end[-1]), label)
         return waits
 
     def _settle_engine(self, k: int, times, counts, free: float, booked: float) -> None:
@@ -461,20 +517,22 @@ class Run:
         sampled_ = counts[:, 4]
         emits = sampled_ > 0
         sl_, det_, out_ = times[:, 11], times[:, 12], times[:, 13]
+        # where the API server detokenizes, the engine process schedules, launches and sends the ids only
+        mine = np.zeros(k, dtype=bool) if self.in_api else emits
         o_ = s2_ + det_  # detokenized (the engine's first output task's end)
         sched_total = float(sl_.sum())
-        det_total, out_total = float(det_[emits].sum()), float(out_[emits].sum())
-        built = emits & (out_ > 0)  # an output task booked (one that costs nothing is not)
+        det_total, out_total = float(det_[mine].sum()), float(out_[mine].sum())
+        built = mine & (out_ > 0)  # an output task booked (one that costs nothing is not)
         busy = proc.busy + (sched_total + det_total + out_total)
-        tasks = proc.tasks + k + int(emits.sum()) + int(built.sum())
+        tasks = proc.tasks + k + int(mine.sum()) + int(built.sum())
         rbusy = proc.recorded_busy() + (float((launched_ - start_)[sl_ > 0].sum())
-                                        + float((o_ - s2_)[emits & (det_ > 0)].sum()) + float((e_ - o_)[built].sum()))
-        labels = {"schedule+launch": sched_total, "detokenize": det_total}
+                                        + float((o_ - s2_)[mine & (det_ > 0)].sum()) + float((e_ - o_)[built].sum()))
+        labels = {"schedule+launch": sched_total} if self.in_api else {"schedule+launch": sched_total, "detokenize": det_total}
         if built.any():
             labels["output"] = out_total
         if self.ipc:  # the outputs' messages out, the requests' messages in
             sent_ = times[:, 14]
-            msg = sent_[emits] - e_[emits]
+            msg = sent_[emits] - times[:, 16][emits]
             sent = msg > 0
             sent_total = float(msg[sent].sum())
             if sent.any():
@@ -517,6 +575,7 @@ class _Clocks:
         self.pc = fe.cpu.stream_per_chunk
         # where the API server is the engine's process, what its tasks add (the engine's are added apart)
         self.shared = fe.sv.shared
+        self.in_api = eng.sv.detokenizer == "api_server"  # the one API server detokenizes
         self.srv = [[sv.free_at, 0.0, 0, 0.0] if self.shared else [sv.free_at, sv.busy, sv.tasks, sv.recorded_busy()]
                     for sv in self.servers]
         n = len(self.srv)
@@ -528,6 +587,19 @@ class _Clocks:
         self.spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         self.stream_spans = []  # with spans and several API servers: (step, server, start, end)
         self.received = [0.0, 0, 0.0]  # one server's outputs' messages received: busy, tasks, recorded busy
+
+    def detokenize(self, at: float, recv: float, det: float, out: float) -> tuple[float, float, float]:
+        """The one API server, from ``at`` (the sampled ids' message sent): receives it (``recv``
+        seconds, if any), detokenizes (``det``, always booked) and builds the outputs (``out``, if
+        any), before any chunk streams (as ``Frontend.stream_with_detok`` books them; the totals of
+        the last two are summed over the run at its end); returns when the ids were there, when
+        their detokenization began, and when the outputs were made."""
+        state = self.srv[0]
+        base = at if at > state[0] else state[0]
+        i, ds = (self.receive(base, recv),) * 2 if recv > 0 else (at, base)
+        o = ds + det
+        state[0] = e = o + out if out > 0 else o
+        return i, ds, e
 
     def receive(self, at: float, seconds: float) -> float:
         """The one API server receives a step's outputs' message, queued at ``at`` (its clock's turn
@@ -571,6 +643,21 @@ class _Clocks:
                 st0 = st
         return st0
 
+    def _detokenized(self, times, emits) -> dict:
+        """Where the one API server detokenized: its detokenizations' and output objects' totals over
+        the run's emitting steps ``emits``, added to its state; returns them by label."""
+        state = self.srv[0]
+        ds, det, out, e = times[:, 10][emits], times[:, 12][emits], times[:, 13][emits], times[:, 5][emits]
+        o = ds + det
+        built = out > 0
+        state[1] += float(det.sum()) + float(out[built].sum())
+        state[2] += len(det) + int(built.sum())
+        state[3] += float((o - ds)[det > 0].sum()) + float((e - o)[built].sum())
+        labels = {"detokenize": float(det.sum())} if len(det) else {}
+        if built.any():
+            labels["output"] = float(out[built].sum())
+        return labels
+
     def settle(self, times, counts) -> None:
         """Hand each server's clock and totals back (one server's chunks summed over the run here)."""
         srv = self.srv
@@ -585,6 +672,7 @@ class _Clocks:
             state[2] += int(emits.sum())
             state[3] += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
             self.stream_total[0] = streamed
+        labels0 = self._detokenized(times, emits) if self.in_api else {}
         got = self.received
         if got[1]:
             state = srv[0]
@@ -594,6 +682,8 @@ class _Clocks:
         for j, (sv, (f, busy, tasks, rbusy), streamed, tokenized) in enumerate(zip(self.servers, srv, self.stream_total,
                                                                                  self.tok_total)):
             labels = {"receive outputs": got[0]} if j == 0 and got[1] else {}
+            if j == 0:
+                labels.update(labels0)
             if streamed:
                 labels["stream"] = streamed
             if tokenized or "tokenize" in sv.by_label:

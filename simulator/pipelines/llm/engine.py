@@ -179,6 +179,8 @@ class Engine:
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
         self.held_tokens = 0  # tokens made but not yet sent on to a separate detokenizer (placements)
+        # a step's outputs on their way to the API servers: (when they arrive, what they do there), or None
+        self.outputs_pending = None
         env.process(OVERLAP_MODES[settings.overlap](self))
 
     def hand_off_to(self, handoff) -> None:
@@ -510,6 +512,23 @@ class Engine:
         if len(emit):
             yield from self.placement.hand_over(self, step, emit, send, prefill_flag, done,
                                                 max(step.d1, self.env.now), wait)
+
+    def deliver(self, at: float, action) -> None:
+        """Call ``action(now)`` when a step's outputs reach the API servers at ``at`` (at once, if that
+        is not in the future), as :meth:`later` does; until then they are pending, and a closed-form
+        run that starts before may deliver them first (:meth:`deliver_pending`)."""
+        env = self.env
+        if not at > env.now:
+            action(env.now)
+            return
+        self.outputs_pending = (env.now + (at - env.now), action)  # the time the timeout fires at
+        env.timeout(at - env.now).callbacks.append(lambda _ev: self.deliver_pending())
+
+    def deliver_pending(self) -> None:
+        """The pending outputs reach the API servers, at the time they were due (nothing if none are)."""
+        if self.outputs_pending is not None:
+            (at, action), self.outputs_pending = self.outputs_pending, None
+            action(at)
 
     def later(self, at: float, action) -> None:
         """Run ``action`` at time ``at`` (now, if ``at`` is not in the future)."""

@@ -12,7 +12,7 @@ from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
 from .placements import streaming
 from .routers import make_router
-from .settings import TOKEN_ID_BYTES, FrontendSettings, message_cost, output_message_cost
+from .settings import TOKEN_ID_BYTES, FrontendSettings, detokenize_cost, message_cost, output_message_cost, outputs_cost
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
@@ -294,8 +294,7 @@ class Frontend:
         lead = {}
         for j in counts:
             lead[j] = ([("receive outputs", receive[j], "i")] if j in receive else []) + [
-                ("detokenize", c.detokenize_step_fixed + c.detokenize_per_token * int(tokens[j]), "o"),
-                ("output", c.output_per_request * chunks.get(j, 0), "e")]
+                ("detokenize", detokenize_cost(c, int(tokens[j])), "o"), ("output", outputs_cost(c, chunks.get(j, 0)), "e")]
         serialized, marks = self._serialize(sent_ids, now, c.stream_per_chunk, lead)
         o = self._per_row(emit, marks, "o", now)
         e = self._per_row(emit, marks, "e", o)

@@ -20,7 +20,8 @@ from .settings import output_message_cost
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("detokenizer", only("engine"), "a run detokenizes in the engine process only", "placements")
+declare("detokenizer", only("engine", "api_server"), "a run detokenizes in the engine or the API server only",
+        "placements")
 
 
 def streaming(emit, send):
@@ -97,8 +98,8 @@ class InApiServers:
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
         sent = engine.send_outputs(engine.proc, at, emit)
-        engine.later(sent, lambda: engine.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
-                                                                  engine.env.now, step.emitted, step.gen))
+        engine.deliver(sent, lambda now: engine.sink.stream_with_detok(step.index, emit, send, prefill_flag, done,
+                                                                        now, step.emitted, step.gen))
         return
         yield  # a generator, like the other placements
 
