@@ -102,9 +102,13 @@ def test_runs_stop_where_the_kv_cache_runs_out(coalesced):
     assert_same(a, b)
 
 
-@pytest.mark.parametrize("servers", [1, 3])
-def test_runs_record_the_same_spans_in_the_same_order(servers, coalesced):
-    a, b = both(trace_scenario("splitwise_conv.csv", 120, "6/s", serving={"api_servers": servers}), record_spans=True)
+@pytest.mark.parametrize("serving", [{"api_servers": 1}, {"api_servers": 3},
+                                     # messages; the API server in the engine's process; it detokenizing
+                                     {"engine": "sglang", "overlap": "sync", "detokenizer": "engine"},
+                                     {"engine": "vllm-0.5"},
+                                     {"engine": "vllm-v1", "overlap": "sync"}])
+def test_runs_record_the_same_spans_in_the_same_order(serving, coalesced):
+    a, b = both(trace_scenario("splitwise_conv.csv", 120, "6/s", serving=serving), record_spans=True)
     assert coalesced[0] > 0
     assert_same(a, b)
     sa, sb = a.spans, b.spans
@@ -170,15 +174,12 @@ def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
                                     {"serving.stream_interval": 4}, {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
-                                    # messages to several API servers, or recorded as spans
+                                    # messages to several API servers
                                     {"serving.engine": "vllm-v1", "serving.api_servers": 2,
-                                     **{f"serving.{k}": v for k, v in SYNC_IN_ENGINE.items()}},
-                                    {"serving.engine": "sglang", "record_spans": True,
                                      **{f"serving.{k}": v for k, v in SYNC_IN_ENGINE.items()}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
-    # (the counterfactual's own run records no spans: left out)
-    simulator.run(trace_scenario("splitwise_conv.csv", 150), change, last_mile_cost=False)
+    simulator.run(trace_scenario("splitwise_conv.csv", 150), change)
     assert coalesced[0] == 0
 
 

@@ -126,7 +126,8 @@ def test_a_recorder_read_back_is_the_frame_it_was_given(monkeypatch):
     for s in spans:
         rec.add(*s)
     assert rec.count == 7 and rec.held == 1  # two segments' worth written out
-    frame = pd.DataFrame(spans, columns=["track", "name", "start", "end", "category"])
+    # in time order: by start, then track, then as recorded on the track
+    frame = pd.DataFrame(sorted(spans, key=lambda s: (s[2], s[0])), columns=["track", "name", "start", "end", "category"])
     pd.testing.assert_frame_equal(rec.frame(), frame)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -2,8 +2,8 @@
 
 Spans go to disk as they are produced: every ``SPILL_SPANS`` of them, the recorder writes them to an
 anonymous temporary file (``tempfile``'s, so ``TMPDIR`` chooses where; it has no name, so nothing is
-left behind however the process ends), one segment per track, and keeps only an index of the segments (each: the spans' starts, ends and places in the recording
-order, then their names and categories). The trace is written from there a track at a time
+left behind however the process ends), one segment per track, and keeps only an index of the
+segments (each: the spans' starts and ends, then their names and categories). The trace is written from there a track at a time
 (:meth:`SpanRecorder.track`), and the spans frame is read back only when asked for
 (:meth:`SpanRecorder.frame`).
 """
@@ -33,7 +33,7 @@ class SpanRecorder:
     Tracks name a GPU, a link port or a CPU process (``"gpu0"``, ``"link:gpu0.tx"``,
     ``"cpu:engine"``). ``enabled=False`` keeps only per-track busy time (for utilization)
     so large runs stay light. The latest spans are held per track, each as (name, start, end,
-    category, place in the recording order); older ones are in the recorder's file
+    category), in the order recorded; older ones are in the recorder's file
     (``segments``: track, file offset, count, bytes of names).
     """
 
@@ -42,7 +42,7 @@ class SpanRecorder:
     segments: list = field(default_factory=list, repr=False)
     count: int = 0  # spans recorded, in the file and held
     held: int = 0   # spans held in memory, not yet in the file
-    _held: dict = field(default_factory=dict, repr=False)  # track -> [(name, start, end, category, seq)]
+    _held: dict = field(default_factory=dict, repr=False)  # track -> [(name, start, end, category)]
     _file: object = field(default=None, repr=False)  # the file, once spans were written to it
 
     def add(self, track: str, name: str, start: float, end: float, category: str = "") -> None:
@@ -58,16 +58,15 @@ class SpanRecorder:
             held = self._held.get(track)
             if held is None:
                 held = self._held[track] = []
-            held.append((name, start, end, category, self.count))
+            held.append((name, start, end, category))
             self.count += 1
             self.held += 1
             if self.held >= SPILL_SPANS:
                 self.spill()
 
-    def add_block(self, track: str, names, starts: np.ndarray, ends: np.ndarray, categories, seqs: np.ndarray) -> None:
-        """Record many spans of one track at once, without busy time (a closed-form decode run's):
-        ``names`` and ``categories`` a list or one string for all, ``seqs`` their places in the
-        recording order (a writer of several blocks numbers them all from :attr:`count` first)."""
+    def add_block(self, track: str, names, starts: np.ndarray, ends: np.ndarray, categories) -> None:
+        """Record many spans of one track at once, in their order on the track, without busy time (a
+        closed-form decode run's): ``names`` and ``categories`` a list or one string for all."""
         if not self.enabled or not len(starts):
             return
         n = len(starts)
@@ -75,7 +74,7 @@ class SpanRecorder:
         if held is None:
             held = self._held[track] = []
         held.append(_Block([names] * n if isinstance(names, str) else names, starts, ends,
-                           [categories] * n if isinstance(categories, str) else categories, seqs))
+                           [categories] * n if isinstance(categories, str) else categories))
         self.count += n
         self.held += n
         if self.held >= SPILL_SPANS:
@@ -97,10 +96,10 @@ class SpanRecorder:
         for track, held in self._held.items():
             if not held:
                 continue
-            names, starts, ends, cats, seqs = _columns(held)
+            names, starts, ends, cats = _columns(held)
             blob = (_SEP.join(names) + _SEP + _SEP.join(cats)).encode()
             offset = fh.tell()
-            fh.write(starts.tobytes() + ends.tobytes() + seqs.tobytes() + blob)
+            fh.write(starts.tobytes() + ends.tobytes() + blob)
             self.segments.append((track, offset, len(starts), len(blob)))
             held.clear()
         self.held = 0
@@ -119,7 +118,7 @@ class SpanRecorder:
             self._read(self._file, mine, names, starts, ends, name_parts, cat_parts)
         held = self._held.get(track)
         if held:
-            h_names, h_starts, h_ends, h_cats, _ = _columns(held)
+            h_names, h_starts, h_ends, h_cats = _columns(held)
             starts.append(h_starts)
             ends.append(h_ends)
             if names:
@@ -138,46 +137,34 @@ class SpanRecorder:
             starts.append(np.frombuffer(fh.read(8 * n), dtype=float))
             ends.append(np.frombuffer(fh.read(8 * n), dtype=float))
             if names:
-                fh.seek(offset + 24 * n)
+                fh.seek(offset + 16 * n)
                 parts = fh.read(size).decode().split(_SEP)
                 name_parts.extend(parts[:n])
                 cat_parts.extend(parts[n:])
 
     def frame(self) -> pd.DataFrame:
-        """All recorded spans as a DataFrame (columns track, name, start, end, category), in the
-        order recorded."""
+        """All recorded spans as a DataFrame (columns track, name, start, end, category), in time
+        order: by start, then by track name, then in the order recorded on the track. The order
+        depends on what ran when, not on the order a simulation recorded it in (a closed-form run
+        records its spans in blocks)."""
         import pandas as pd  # imported where a frame is built: a run without spans never needs pandas
 
-        tracks, names, cats, starts, ends, seqs = [], [], [], [], [], []
-        for t in self.tracks():
+        tracks, names, cats, starts, ends, ranks, within = [], [], [], [], [], [], []
+        for rank, t in enumerate(self.tracks()):
             s, e, n, c = self.track_spans(t)
             tracks.append(np.full(len(s), t, dtype=object))
             names.append(n)
             cats.append(c)
             starts.append(s)
             ends.append(e)
-            seqs.append(self._seq(t))
+            ranks.append(np.full(len(s), rank, dtype=np.int64))
+            within.append(np.arange(len(s)))
         if not tracks:
             return pd.DataFrame({"track": [], "name": [], "start": [], "end": [], "category": []})
-        order = np.argsort(np.concatenate(seqs), kind="stable")
+        order = np.lexsort((np.concatenate(within), np.concatenate(ranks), np.concatenate(starts)))
         return pd.DataFrame({key: np.concatenate(parts)[order] for key, parts in
                              (("track", tracks), ("name", names), ("start", starts), ("end", ends),
                               ("category", cats))})
-
-    def _seq(self, track: str) -> np.ndarray:
-        """The recording order of one track's spans (their places among all spans)."""
-        parts = []
-        fh = self._file
-        if fh is not None:
-            fh.flush()
-        for t, offset, n, _ in self.segments:
-            if t == track:
-                fh.seek(offset + 16 * n)
-                parts.append(np.frombuffer(fh.read(8 * n), dtype=np.int64))
-        held = self._held.get(track)
-        if held:
-            parts.append(_columns(held)[4])
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
     def utilization(self, horizon: float) -> dict[str, float]:
         """Fraction of ``horizon`` each track was busy."""
@@ -187,28 +174,27 @@ class SpanRecorder:
 
 
 class _Block:
-    """Spans of one track recorded at once: names, starts, ends, categories, places in the order."""
+    """Spans of one track recorded at once: names, starts, ends, categories."""
 
-    __slots__ = ("names", "starts", "ends", "cats", "seqs")
+    __slots__ = ("names", "starts", "ends", "cats")
 
-    def __init__(self, names: list, starts, ends, cats: list, seqs):
-        self.names, self.starts, self.ends, self.cats, self.seqs = names, starts, ends, cats, seqs
+    def __init__(self, names: list, starts, ends, cats: list):
+        self.names, self.starts, self.ends, self.cats = names, starts, ends, cats
 
 
 def _columns(held: list) -> tuple:
-    """One track's held spans (single spans as tuples, blocks) as (names, starts, ends, categories,
-    seqs), in the order held; the list then holds them as one block."""
-    names, cats, starts, ends, seqs = [], [], [], [], []
+    """One track's held spans (single spans as tuples, blocks) as (names, starts, ends, categories),
+    in the order held; the list then holds them as one block."""
+    names, cats, starts, ends = [], [], [], []
     singles: list = []
 
     def flush_singles():
         if singles:
-            n, st, en, ca, sq = zip(*singles)
+            n, st, en, ca = zip(*singles)
             names.extend(n)
             cats.extend(ca)
             starts.append(np.array(st, dtype=float))
             ends.append(np.array(en, dtype=float))
-            seqs.append(np.array(sq, dtype=np.int64))
             singles.clear()
 
     for item in held:
@@ -218,11 +204,10 @@ def _columns(held: list) -> tuple:
             cats.extend(item.cats)
             starts.append(np.asarray(item.starts, dtype=float))
             ends.append(np.asarray(item.ends, dtype=float))
-            seqs.append(np.asarray(item.seqs, dtype=np.int64))
         else:
             singles.append(item)
     flush_singles()
-    out = names, np.concatenate(starts), np.concatenate(ends), cats, np.concatenate(seqs)
+    out = names, np.concatenate(starts), np.concatenate(ends), cats
     if len(held) > 1 or not isinstance(held[0], _Block):
         held[:] = [_Block(*out)]  # the same spans as one block: read again, they need no assembling
     return out

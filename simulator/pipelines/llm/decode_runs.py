@@ -28,8 +28,9 @@ A run ends before a step the closed form does not cover — a preemption (the bl
 do not fit), a partial prefill whose chunk finds no blocks, the horizon, nothing left to run —
 and the step-by-step path takes it; tests compare both on real traces and on set-ups drawn at
 random from the covered space (every request's times within 1 ns), and every run's own count of
-free KV blocks is checked against the block pool's (invariant RUN_MATCHES_POOL). Where a scenario's setup does not allow runs at all, every step is stepped. With
-spans recorded, a run records the same spans in the same order.
+free KV blocks is checked against the block pool's (invariant RUN_MATCHES_POOL). Where a scenario's
+setup does not allow runs at all, every step is stepped. With spans recorded, a run records the
+same spans, each track's in time order (the spans frame is in time order, whoever recorded it).
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ class Run:
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
                 if special:  # messages, one clock with the API server, or the API server detokenizing
-                    got = self._engine_outputs(k, t_done, d1, launched, det, out, msg)
+                    got = self._engine_outputs(t_done, d1, launched, det, out, msg)
                     if got is None:
                         break
                     s2, e, sent, ss, resume, after = got
@@ -228,7 +229,7 @@ class Run:
                 intake.commit(free)
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
             if intake.next_t <= (sent if in_api else resume):  # the arrivals this step overlaps, in time order
-                intake.tokenize(k, t_done, sent if in_api else resume)
+                intake.tokenize(sent if in_api else resume)
             if in_api and sampled:  # the API server receives the ids, detokenizes them, builds the outputs
                 i, s2, e = clocks.detokenize(sent, recv, det, out)
             x = e  # the step's outputs: each API server serializes its requests' chunks at e
@@ -250,9 +251,9 @@ class Run:
             k += 1
         return self._settle(k, rows, free, booked, kv_free, now)
 
-    def _engine_outputs(self, k: int, t_done: float, d1: float, launched: float, det: float, out: float,
+    def _engine_outputs(self, t_done: float, d1: float, launched: float, det: float, out: float,
                         msg: float) -> tuple | None:
-        """Step ``k``'s work on the engine's clock after its copy (``d1``; ``t_done``: its done event)
+        """A step's work on the engine's clock after its copy (``d1``; ``t_done``: its done event)
         where more than the engine's own tasks run there or the API server detokenizes: what reached
         the clock before ``d1`` first (the requests' messages in, or tokenizations on the one clock),
         then the detokenization and the outputs (or, for the API server, the sampled ids' message).
@@ -262,7 +263,7 @@ class Run:
         if self.intake.mode is not None:
             if not d1 < self.o.horizon:
                 return None
-            ready = self.intake.before_outputs(k, t_done, d1, launched)
+            ready = self.intake.before_outputs(d1, launched)
         s2 = d1 if d1 > ready else ready
         if self.in_api:  # the engine sends the ids on (a message that costs nothing is none) and goes on
             if msg > 0:
@@ -474,7 +475,7 @@ class Run:
         srv_start = self.clocks.starts
         srv_start[0] = times[:, 6]
         if self.clocks.spans:
-            record_spans(self, k, first_step, times, counts, self.intake.tok_spans, self.clocks.stream_spans)
+            record_spans(self, k, first_step, times, counts)
         self._record(k, first_step, step_times, srv_start)
         check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
         pool = eng.sched.pool
@@ -585,7 +586,8 @@ class _Clocks:
         self.tok_total = [0.0] * n
         rec = eng.proc.recorder
         self.spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
-        self.stream_spans = []  # with spans and several API servers: (step, server, start, end)
+        self.stream_spans = []  # with spans and several API servers: (server, start, end)
+        self.recv_spans = []  # with spans: the one server's receipts of the outputs' messages (start, end)
         self.received = [0.0, 0, 0.0]  # one server's outputs' messages received: busy, tasks, recorded busy
 
     def detokenize(self, at: float, recv: float, det: float, out: float) -> tuple[float, float, float]:
@@ -610,6 +612,8 @@ class _Clocks:
         got[0] += seconds
         got[1] += 1
         got[2] += end - at
+        if self.spans:
+            self.recv_spans.append((at, end))
         return end
 
     def stream(self, k: int, e: float, sampled: int, counts) -> float:
@@ -634,7 +638,7 @@ class _Clocks:
                 if dur > 0:
                     state[3] += state[0] - st
                     if self.spans:
-                        self.stream_spans.append((k, j, st, state[0]))
+                        self.stream_spans.append((j, st, state[0]))
             else:
                 st = 0.0
             if j:
@@ -713,50 +717,53 @@ class _Intake:
         self.routes = fe.take_routes()  # tokenizations still to route: [(tok_end, seq, rid)], a heap
         self.next_route = self.routes[0][0] if self.routes else float("inf")  # when the first of them ends
         self.seq = len(self.routes)
-        self.tok_spans = []  # with spans: (step, after the step's done event, server, start, end)
+        self.tok_spans = []  # with spans: (server, start, end)
+        self.recv_spans = []  # with spans: the requests' messages received on the engine (start, end)
 
     @property
     def took(self) -> bool:
         """Whether the run took arrivals from the open loop or received requests on the engine."""
         return self.nxt != self.fe.next_rid or self.received[1] > 0
 
-    def receive_before(self, k: int, t_done: float, at: float, free: float) -> float:
-        """Before the engine's work at ``at`` (step ``k``'s copy end; ``t_done``: its done event):
+    def receive_before(self, at: float, free: float) -> float:
+        """Before the engine's work at ``at`` (a step's start or its copy's end):
         the arrivals until then tokenized, and the requests whose tokenization ended by then
         received on the engine's clock ``free`` in that order; returns the clock after them
         (received for the step: :meth:`keep` commits them, :meth:`unreceive` takes them back)."""
         if self.next_t <= at:
-            self.tokenize(k, t_done, at)
+            self.tokenize(at)
         routes, pending, cost = self.routes, self.pending, self.engine.request_message_cost
         while routes and routes[0][0] <= at:
             route = heapq.heappop(routes)
             seconds = cost(route[2])
             st = route[0] if route[0] > free else free
             free = st + seconds
-            pending.append((route, seconds, free - st))
+            pending.append((route, seconds, st, free))
         self.next_route = routes[0][0] if routes else float("inf")
         return free
 
     def keep(self) -> None:
         """The step is committed: what was received for it stays received."""
-        got = self.received
-        for route, seconds, recorded in self.pending:
+        got, spans = self.received, self.clocks.spans
+        for route, seconds, st, en in self.pending:
             got[0] += seconds
             got[1] += 1
-            got[2] += recorded
+            got[2] += en - st
             self.joining.append(route[2])
+            if spans and seconds > 0:
+                self.recv_spans.append((st, en))
         self.pending.clear()
 
     def unreceive(self) -> None:
         """The step is not committed: what was received for it waits to be routed again."""
-        for route, _, _ in self.pending:
+        for route, *_ in self.pending:
             heapq.heappush(self.routes, route)
         self.pending.clear()
         self.next_route = self.routes[0][0] if self.routes else float("inf")
 
-    def tokenize_on(self, k: int, t_done: float, at: float, free: float) -> float:
+    def tokenize_on(self, at: float, free: float) -> float:
         """With the API server in the engine's process (one clock, ``free``): the arrivals until
-        ``at`` (step ``k``'s copy end) tokenized there before the engine's work at ``at``; returns
+        ``at`` (a step's copy end) tokenized there before the engine's work at ``at``; returns
         the clock after them (for the step: :meth:`commit` keeps them, :meth:`untokenize` undoes them)."""
         clocks = self.clocks
         state = clocks.srv[0]
@@ -764,15 +771,15 @@ class _Intake:
                       clocks.tok_total[:], len(self.tok_spans))
         state[0] = free
         if self.next_t <= at:
-            self.tokenize(k, t_done, at)
+            self.tokenize(at)
         return state[0]
 
-    def before_outputs(self, k: int, t_done: float, at: float, free: float) -> float:
-        """What the engine's clock ``free`` runs from step ``k``'s launch until its outputs at ``at``
+    def before_outputs(self, at: float, free: float) -> float:
+        """What the engine's clock ``free`` runs from a step's launch until its outputs at ``at``
         (:meth:`receive_before` or :meth:`tokenize_on`); returns the clock after it, for the step."""
         if self.mode == "ipc":
-            return self.receive_before(k, t_done, at, free)
-        return self.tokenize_on(k, t_done, at, free)
+            return self.receive_before(at, free)
+        return self.tokenize_on(at, free)
 
     def commit(self, free: float) -> None:
         """The step is committed (``free``: the engine's clock after it): what it received stays
@@ -802,7 +809,7 @@ class _Intake:
     def receive_and_join(self, a0: float, free: float) -> float:
         """At a step's start ``a0``: the requests tokenized by then received on the engine's clock
         ``free`` (in order, after those received earlier), then all of them queued; returns the clock."""
-        free = self.receive_before(-1, a0, a0, free) if self.routes and self.routes[0][0] <= a0 else free
+        free = self.receive_before(a0, free) if self.routes and self.routes[0][0] <= a0 else free
         self.keep()
         for rid in self.joining:
             self.fe.route(rid, received=True)
@@ -824,9 +831,9 @@ class _Intake:
             self.fe.route_tokenized(heapq.heappop(routes)[2])
         self.next_route = routes[0][0] if routes else float("inf")
 
-    def tokenize(self, k: int, t_done: float, resume: float) -> None:
-        """The arrivals up to ``resume`` (step ``k``'s end; ``t_done``: its done event), each parsed
-        and tokenized on its API server's clock and queued for routing at its end."""
+    def tokenize(self, resume: float) -> None:
+        """The arrivals up to ``resume`` (a step's end, or when its outputs reach the API server), each
+        parsed and tokenized on its API server's clock and queued for routing at its end."""
         fe, t, clocks, arr = self.fe, self.t, self.clocks, self.arr
         while self.next_t <= resume:
             rid, at = self.nxt, self.next_t
@@ -842,7 +849,7 @@ class _Intake:
             if tok > 0:
                 state[3] += en - st
                 if clocks.spans:
-                    self.tok_spans.append((k, at > t_done, j, st, en))
+                    self.tok_spans.append((j, st, en))
             t.api[rid] = j
             t.tok_start[rid], t.tok_end[rid] = st, en
             heapq.heappush(self.routes, (en, self.seq, rid))

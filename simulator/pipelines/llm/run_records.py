@@ -7,119 +7,62 @@ from __future__ import annotations
 import numpy as np
 
 
-def record_spans(run, k: int, first_step: int, times, counts, tok_spans: list, stream_spans: list) -> None:
-    """The run's spans, made from its steps' times, in the order the step-by-step engine records
-    them: per step its scheduling, its GPU work, its copy, the arrivals' tokenizations that began
-    before its detokenization, the detokenization, the later ones, its stream tasks."""
+def record_spans(run, k: int, first_step: int, times, counts) -> None:
+    """The run's spans, made from its steps' times: on each track, in time order (a process's tasks,
+    a GPU's steps and a port's copies do not overlap, so that is the order each was recorded in
+    stepped; the recorder orders tracks against one another by time)."""
     o = run.o
     eng, fe = o.e, o.fe
     rec = eng.proc.recorder
     ports, _ = eng.links.d2h_route
-    servers, pc = fe.servers, fe.cpu.stream_per_chunk
     g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out = (times[:, c] for c in range(2, 14))
+    sent, ss = times[:, 14], times[:, 16]
     _, nd, new, _, sampled, _ = counts.T
-    o = s2 + det
-    has_sched = sl > 0
-    has_d2h = sampled > 0
-    has_detok = has_d2h & (det > 0)
-    has_out = has_d2h & (out > 0)
-    copies = has_d2h & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
-    gpus, nports = len(eng.gpu_tracks), len(ports)
-    tok_before = np.zeros(k, dtype=np.int64)
-    tok_after = np.zeros(k, dtype=np.int64)
-    if tok_spans:
-        tk, after, tj, tst, ten = (np.array(c) for c in zip(*tok_spans))
-        np.add.at(tok_before, tk[~after], 1)
-        np.add.at(tok_after, tk[after], 1)
-    if len(servers) == 1:
-        has_stream = has_d2h & (sampled * pc > 0)
-        n_stream = has_stream.astype(np.int64)
-    else:
-        n_stream = np.zeros(k, dtype=np.int64)
-        if stream_spans:
-            sk, sj, sst, sen = (np.array(c) for c in zip(*stream_spans))
-            np.add.at(n_stream, sk, 1)
-    per_step = (has_sched + gpus + nports * copies + tok_before + has_detok + has_out + tok_after + n_stream)
-    base = rec.count + np.cumsum(per_step) - per_step  # each step's first place in the order
-    at_gpu = base + has_sched
-    at_tok = at_gpu + gpus + nports * copies         # the first tokenization before the detokenization
-    at_detok = at_tok + tok_before
-    at_out = at_detok + has_detok
-    at_stream = at_out + has_out + tok_after
+    emits = sampled > 0
+    spans: dict = {}  # track -> [(name, start, end)] (a process's tasks; GPU and port spans are recorded apart)
+
+    def add(track, name, starts, ends, where=None) -> None:
+        if where is not None:
+            starts, ends = starts[where], ends[where]
+        spans.setdefault(track, []).append((name, np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)))
+
     proc = eng.proc.track
-    # the engine process: scheduling, detokenization and the output objects, in the order recorded
-    places = np.concatenate([base[has_sched], at_detok[has_detok], at_out[has_out]])
-    order = np.argsort(places, kind="stable")
-    names = (["schedule+launch"] * int(has_sched.sum()) + ["detokenize"] * int(has_detok.sum())
-             + ["output"] * int(has_out.sum()))
-    rec.add_block(proc, list(np.array(names, dtype=object)[order]),
-                  np.concatenate([start[has_sched], s2[has_detok], o[has_out]])[order],
-                  np.concatenate([launched[has_sched], o[has_detok], e[has_out]])[order], "cpu", places[order])
+    add(proc, "schedule+launch", start, launched, sl > 0)
+    detok_track = fe.servers[0].track if run.in_api else proc  # who detokenizes and builds the outputs
+    add(detok_track, "detokenize", s2, s2 + det, emits & (det > 0))
+    add(detok_track, "output", s2 + det, e, emits & (out > 0))
+    if run.ipc:
+        add(proc, "send outputs", ss, sent, emits & (sent > ss))
+        add(proc, "receive request", *_pairs(run.intake.recv_spans))
+    clocks, pc = run.clocks, fe.cpu.stream_per_chunk
+    if len(fe.servers) == 1:
+        add(fe.servers[0].track, "stream", st0, st0 + sampled * pc, emits & (sampled * pc > 0))
+    for j, st, en in clocks.stream_spans:
+        add(fe.servers[j].track, "stream", [st], [en])
+    for j, st, en in run.intake.tok_spans:
+        add(fe.servers[j].track, "tokenize", [st], [en])
+    add(fe.servers[0].track, "receive outputs", *_pairs(clocks.recv_spans))
+    for track, parts in spans.items():
+        names = np.concatenate([np.full(len(st), name, dtype=object) for name, st, _ in parts])
+        starts = np.concatenate([st for _, st, _ in parts])
+        ends = np.concatenate([en for _, _, en in parts])
+        order = np.argsort(starts, kind="stable")
+        rec.add_block(track, list(names[order]), starts[order], ends[order], "cpu")
     labels = [f"step {first_step + i} ({d}d+{p}p)" for i, d, p in zip(range(k), nd.tolist(), new.tolist())]
     cats = np.where(new > 0, "prefill", "decode").tolist()
-    for g, track in enumerate(eng.gpu_tracks):
-        rec.add_block(track, labels, g0, g1, cats, at_gpu + g)
-    for p, port in enumerate(ports):
-        rec.add_block(port.track, "d2h", begin[copies], d1[copies], "link", (at_gpu + gpus + p)[copies])
-    # the API servers: tokenizations (in the order they were booked) and stream tasks
-    tok = None
-    if tok_spans:
-        tok = (tj, tst, ten, np.where(after, (at_out + has_out)[tk], at_tok[tk]) + _ranks(tk, after))
-    if len(servers) == 1:
-        streams = {0: (at_stream[has_stream], st0[has_stream], st0[has_stream] + (sampled * pc)[has_stream])}
-    else:
-        streams = _server_streams(sk, sj, sst, sen, at_stream) if stream_spans else {}
-    _server_spans(rec, servers, tok, streams)
+    for track in eng.gpu_tracks:
+        rec.add_block(track, labels, g0, g1, cats)
+    copies = emits & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
+    for port in ports:
+        rec.add_block(port.track, "d2h", begin[copies], d1[copies], "link")
 
 
-def _ranks(tk, after) -> np.ndarray:
-    """Each tokenization's rank among its step's, before the detokenization (``after`` False) or after."""
-    rank = np.zeros(len(tk), dtype=np.int64)
-    for flag in (False, True):
-        sel = np.flatnonzero(after == flag)
-        if len(sel):
-            first = np.r_[True, tk[sel][1:] != tk[sel][:-1]]
-            group = np.cumsum(first) - 1
-            starts = np.flatnonzero(first)
-            rank[sel] = np.arange(len(sel)) - starts[group]
-    return rank
-
-
-def _server_streams(sk, sj, sst, sen, at_stream) -> dict:
-    """Per API server with stream tasks: their places (a step's tasks go server by server, each
-    after the servers before it), starts and ends."""
-    first = np.r_[True, sk[1:] != sk[:-1]]
-    before = np.arange(len(sk)) - np.flatnonzero(first)[np.cumsum(first) - 1]
-    seq = at_stream[sk] + before
-    return {int(j): (seq[sj == j], sst[sj == j], sen[sj == j]) for j in np.unique(sj)}
-
-
-def _server_spans(rec, servers, tok, streams: dict) -> None:
-    """Each API server's tokenizations (``tok``: server, start, end and place of each) and stream
-    tasks (``streams``: server -> places, starts, ends), as one block in the recording order; only
-    the servers that ran something are visited."""
-    busy = set(streams) | (set(np.unique(tok[0]).tolist()) if tok is not None else set())
-    for j in sorted(busy):
-        seq_parts, name_parts, start_parts, end_parts = [], [], [], []
-        if tok is not None:
-            tj, tst, ten, tok_seq = tok
-            mine = tj == j
-            seq_parts.append(tok_seq[mine])
-            name_parts.append(np.full(int(mine.sum()), "tokenize", dtype=object))
-            start_parts.append(tst[mine])
-            end_parts.append(ten[mine])
-        if j in streams:
-            seq, st, en = streams[j]
-            seq_parts.append(seq)
-            name_parts.append(np.full(len(seq), "stream", dtype=object))
-            start_parts.append(st)
-            end_parts.append(en)
-        seqs = np.concatenate(seq_parts)
-        if not len(seqs):
-            continue
-        order = np.argsort(seqs, kind="stable")
-        rec.add_block(servers[j].track, list(np.concatenate(name_parts)[order]), np.concatenate(start_parts)[order],
-                      np.concatenate(end_parts)[order], "cpu", seqs[order])
+def _pairs(spans: list) -> tuple:
+    """(starts, ends) of a list of (start, end)."""
+    if not spans:
+        return np.empty(0), np.empty(0)
+    st, en = zip(*spans)
+    return np.array(st), np.array(en)
 
 
 def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:

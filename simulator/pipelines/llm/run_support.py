@@ -61,13 +61,10 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
         lambda e, open_loop, n: e.closed_form,
     "CPU processes that do not contend for cores": lambda e, open_loop, n: not e.proc.pool.contended,
     "no load generator on the host's cores (workload.client_cpu)": lambda e, open_loop, n: e.sink.loadgen is None,
-    "inter-process messages (ipc_* costs) only with one API server and no spans recorded":
-        lambda e, open_loop, n: not e.cpu.has_ipc or (len(e.sink.servers) == 1 and not e.recorder.enabled),
-    "detokenization in the API server (detokenizer: api_server) only in its own process, with one API server and no spans":
-        lambda e, open_loop, n: e.sv.detokenizer != "api_server" or (
-            len(e.sink.servers) == 1 and not e.recorder.enabled and not e.sink.sv.shared),
-    "the API server in the engine's process (api_server_process: engine) only with no spans recorded":
-        lambda e, open_loop, n: not e.sink.sv.shared or not e.recorder.enabled,
+    "inter-process messages (ipc_* costs) only with one API server":
+        lambda e, open_loop, n: not e.cpu.has_ipc or len(e.sink.servers) == 1,
+    "detokenization in the API server (detokenizer: api_server) only in its own process, with one API server":
+        lambda e, open_loop, n: e.sv.detokenizer != "api_server" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
     "no long-prefill token threshold": lambda e, open_loop, n: e.sv.long_prefill_token_threshold == 0,
     "the roofline's step time (no hardware.step_time)": lambda e, open_loop, n: e.cost.step_time is None,
 }
