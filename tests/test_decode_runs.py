@@ -159,6 +159,30 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
     assert b.summary["breakdown_share"]["detokenize"] > 0
 
 
+def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
+    # two steps' outputs pending at once (the second sent while the first is still on its way)
+    import simpy
+    from collections import deque
+    from simulator.pipelines.llm.engine import Engine
+
+    class Sender:
+        deliver, deliver_pending = Engine.deliver, Engine.deliver_pending
+
+    sender, log = Sender(), []
+    sender.env, sender.outputs_pending = simpy.Environment(), deque()
+
+    def steps(env):
+        sender.deliver(2.0, lambda now: log.append(("first", now, env.now)))
+        yield env.timeout(1.0)
+        sender.deliver(3.0, lambda now: log.append(("second", now, env.now)))
+        sender.deliver(0.5, lambda now: log.append(("due already", now, env.now)))
+
+    sender.env.process(steps(sender.env))
+    sender.env.run()
+    assert log == [("due already", 1.0, 1.0), ("first", 2.0, 2.0), ("second", 3.0, 3.0)]
+    assert not sender.outputs_pending
+
+
 @pytest.mark.parametrize("extra", [{}, {"max_sim_time": "30 s"}])
 def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     # vLLM 0.5: one clock for tokenization, the steps' work and the streams; a step's scheduling

@@ -113,10 +113,10 @@ class DecodeRuns:
         comes before any work of the run's, as it would stepped."""
         eng, fe = self.e, self.fe
         pending = eng.outputs_pending
-        if pending is None:
+        if not pending:
             return True
         t = eng.table
-        if fe.next_rid < t.n and t.arrival.values[fe.next_rid] <= pending[0]:
+        if fe.next_rid < t.n and t.arrival.values[fe.next_rid] <= pending[-1][0]:
             return False
         eng.deliver_pending()
         return True

@@ -17,6 +17,8 @@ engine core's output thread takes GIL time from its scheduling as in vLLM V1.
 
 from __future__ import annotations
 
+from collections import deque
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,8 +181,8 @@ class Engine:
         self._after_idle = True
         self.placement = PLACEMENTS[settings.detokenizer]
         self.held_tokens = 0  # tokens made but not yet sent on to a separate detokenizer (placements)
-        # a step's outputs on their way to the API servers: (when they arrive, what they do there), or None
-        self.outputs_pending = None
+        # steps' outputs on their way to the API servers, in order: (when they arrive, what they do there)
+        self.outputs_pending: deque = deque()
         env.process(OVERLAP_MODES[settings.overlap](self))
 
     def hand_off_to(self, handoff) -> None:
@@ -521,13 +523,15 @@ class Engine:
         if not at > env.now:
             action(env.now)
             return
-        self.outputs_pending = (env.now + (at - env.now), action)  # the time the timeout fires at
-        env.timeout(at - env.now).callbacks.append(lambda _ev: self.deliver_pending())
+        self.outputs_pending.append((env.now + (at - env.now), action))  # the time the timeout fires at
+        env.timeout(at - env.now).callbacks.append(lambda _ev: self.deliver_pending(env.now))
 
-    def deliver_pending(self) -> None:
-        """The pending outputs reach the API servers, at the time they were due (nothing if none are)."""
-        if self.outputs_pending is not None:
-            (at, action), self.outputs_pending = self.outputs_pending, None
+    def deliver_pending(self, until: float = float("inf")) -> None:
+        """The pending outputs due by ``until`` (all, by default) reach the API servers, in order, each
+        at the time it was due (those delivered already are not delivered again)."""
+        pending = self.outputs_pending
+        while pending and pending[0][0] <= until:
+            at, action = pending.popleft()
             action(at)
 
     def later(self, at: float, action) -> None:
