@@ -183,6 +183,25 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
     assert not sender.outputs_pending
 
 
+@pytest.mark.parametrize("serving, extra", [
+    ({"engine": "vllm-v1"}, {}),  # its own layout: async scheduling, the API server detokenizing, messages
+    ({"engine": "vllm-v1", "gpu_memory_utilization": 0.2}, {"rate": "20/s"}),  # preemptions end runs
+    ({"engine": "vllm-v1"}, {"max_sim_time": "30 s"}),
+    ({"engine": "reference", "overlap": "async"}, {"record_spans": True}),  # detokenizing in the engine
+    ({"engine": "trtllm", "max_batched_tokens": 512, "max_batch": 16}, {})])
+def test_runs_reproduce_async_scheduling(serving, extra, coalesced):
+    # the loop launches step k, then processes step k-1: a request's last token's step is followed by
+    # one more in its batch (the token dropped), its blocks freed after that step's scheduling; a run
+    # processes the step in flight when it starts and leaves its own last step in flight
+    raw = trace_scenario("splitwise_conv.csv", 250, extra.pop("rate", "8/s"), serving=serving)
+    a, b = both(raw, **extra)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    if extra.get("record_spans"):
+        assert list(a.spans["name"]) == list(b.spans["name"])
+        assert np.abs(a.spans["start"].to_numpy() - b.spans["start"].to_numpy()).max() <= 1e-9
+
+
 @pytest.mark.parametrize("extra", [{}, {"max_sim_time": "30 s"}])
 def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     # vLLM 0.5: one clock for tokenization, the steps' work and the streams; a step's scheduling
@@ -194,7 +213,7 @@ def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     assert b.summary["breakdown_share"]["stream"] > 0
 
 
-@pytest.mark.parametrize("change", [{"serving.overlap": "async"}, {"serving.detokenizer": "separate"},
+@pytest.mark.parametrize("change", [{"serving.overlap": "async_output"}, {"serving.detokenizer": "separate"},
                                     {"serving.stream_interval": 4}, {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
@@ -231,7 +250,7 @@ def test_decode_time_is_the_step_cost_to_the_last_bit(model, tp, pp, extra):
 @st.composite
 def covered_set_ups(draw):
     """A single-GPU scenario drawn from the settings closed-form runs cover (``run_support``): CPU
-    costs, inter-process messages, where the API server runs and who detokenizes, batch and token
+    costs, inter-process messages, where the API server runs and who detokenizes, async scheduling, batch and token
     budgets, block sizes, API servers, chunked prefill, a small KV pool that preempts, the decode
     attention layout, the SSE chunk sizes, the counterfactual's free last mile; arrivals and token
     counts drawn too."""
@@ -241,24 +260,28 @@ def covered_set_ups(draw):
     detokenizer = draw(st.sampled_from(["engine", "api_server"]))  # where the sampled ids are detokenized
     # the API server's own process or the engine's (one clock; it detokenizes in the engine there)
     process = "own" if detokenizer == "api_server" else draw(st.sampled_from(["own", "engine"]))
+    overlap = "sync" if process == "engine" else draw(st.sampled_from(["sync", "async"]))  # async: a step of lag
     serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
-               "api_server_process": process, "detokenizer": detokenizer,
+               "api_server_process": process, "detokenizer": detokenizer, "overlap": overlap,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" else draw(st.integers(1, 3)),
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" or overlap == "async"
+               else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
                "decode_attention": draw(st.sampled_from(["paged", "contiguous"])),
                "chunk_bytes_per_token": draw(st.sampled_from([24.0, 200.0])),
                "last_mile": draw(st.sampled_from(["modelled", "free"]))}
     cpu = {"base": "reference", **{key: f"{draw(st.sampled_from([0.0, 3.0, 40.0]))} us" for key in
-                                   ("schedule_per_step", "tokenize_per_token", "detokenize_per_token", "stream_per_chunk")}}
+                                   ("schedule_per_step", "tokenize_per_token", "detokenize_per_token", "stream_per_chunk",
+                                    "schedule_per_request", "detokenize_step_fixed", "output_per_request")}}
     if ipc:
         cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
                    ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))
     if not serving["chunked_prefill"]:
         serving["max_batched_tokens"] = 8192  # whole prompts must fit the budget
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),
+            "record_spans": draw(st.booleans()),
             "dtype": "fp8" if gpu == "l40s" else "fp16", "hardware": {"gpu": gpu, "cpu": cpu}, "serving": serving,
             "seed": draw(st.integers(0, 1000)),
             "workload": {"requests": 100, "arrival": draw(st.sampled_from(["poisson", "gamma"])),
@@ -273,5 +296,10 @@ def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
     # runs admit requests (whole prompts, chunks, the budget's last tokens), end where the cache
     # runs out (a small pool preempts) and take preempted requests back as they are re-admitted
     before = coalesced[0]
-    assert_same(*both(raw))
+    a, b = both(raw, record_spans=raw["record_spans"])
+    assert_same(a, b)
+    if raw["record_spans"]:
+        sa, sb = a.spans, b.spans
+        assert list(sa["track"]) == list(sb["track"]) and list(sa["name"]) == list(sb["name"])
+        assert np.abs(sa["start"].to_numpy() - sb["start"].to_numpy()).max(initial=0.0) <= 1e-9
     assert coalesced[0] > before

@@ -50,13 +50,18 @@ from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
        "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "batch", "decodes", "prefill tokens",
-       "KV blocks used", "sampled", "decode context")
+       "KV blocks used", "sampled", "decode context", "emitted")
 """A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
 start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
 work (scheduling and launch, detokenization, output objects), when its outputs were sent and were at the
 first API server (its message received there: ``x``), when their message began to be sent, when they were
-at the process that detokenizes them (``i``), then its counts. Where the API server detokenizes, the
-detokenization's start, its work, the outputs' and ``e`` are the API server's."""
+at the process that detokenizes them (``i``), then its counts (the last: the tokens its outputs carry).
+Where the API server detokenizes, the detokenization's start, its work, the outputs' and ``e`` are the
+API server's. With a step of lag (``lagged_runs``), a row's outputs are the step before's."""
+
+EMITTED = ROW.index("emitted") - ROW.index("batch")
+"""The count column of the tokens a row's outputs carry (its own step's sampled ids, or with a step of
+lag the live ones of the step before)."""
 
 COUNTS = ROW.index("batch")
 """The first integer column of a run's step table."""
@@ -107,6 +112,41 @@ class DecodeRuns:
         return Run(self, run, comp, target, gen, bool(len(run) and partial[-1])).play(now)
 
 
+    def run_lagged(self, pending):
+        """With a step of lag (async scheduling): commit the longest run of the loop's iterations that
+        can start now, ``pending`` (the step in flight) processed in its first; returns (when the loop
+        resumes, the step the run left in flight), or None where not even one iteration can be run."""
+        from .lagged_runs import LaggedRun  # (it builds on this module's Run)
+
+        eng, t, sched = self.e, self.e.table, self.e.sched
+        sv = eng.sv
+        running = sched.running
+        now = eng.env.now
+        if (pending is None or pending.g1 is None or pending.d1 is None or pending.accepted is not None
+                or pending.register or len(running) > sv.max_batched_tokens or now >= self.horizon
+                or not self._outputs_delivered()):
+            return None
+        run = np.fromiter(running, dtype=np.int64, count=len(running))
+        comp, target, gen = t.computed[run], t.target[run], t.generated[run]
+        if (t.sent[run] != gen).any() or (t.blocks[run] != -(-comp // sv.block_size)).any():
+            return None
+        partial = comp < target
+        if partial[:-1].any():
+            return None
+        # the step in flight holds the running requests (its live decodes, the prefills it completed,
+        # the chunk of the partial one) and no other: its outputs are the run's first
+        live = pending.decode[~t.finished[pending.decode]] if len(pending.decode) else pending.decode
+        members = np.concatenate([live, pending.completes, pending.only_prefill])
+        n_last = bool(len(run) and partial[-1])
+        if len(members) != len(run) or not np.array_equal(np.sort(members), np.sort(run)):
+            return None
+        if len(pending.only_prefill) and (not n_last or pending.only_prefill[0] != run[-1]):
+            return None
+        done_first = len(run) - n_last - len(pending.completes)  # the prefills it completed: the tail
+        if len(pending.completes) and not np.array_equal(run[done_first:len(run) - n_last], pending.completes):
+            return None
+        return LaggedRun(self, run, comp, target, gen, n_last, pending, done_first).play(now)
+
     def _outputs_delivered(self) -> bool:
         """Whether no step's outputs are on their way to the API server, after delivering those that are
         now where nothing else reaches the API server before they do (no arrival): what they book there
@@ -124,6 +164,8 @@ class DecodeRuns:
 
 class Run:
     """One run's state while it is played and recorded: the requests as slots in running order."""
+
+    lagged = False  # a row's outputs are its own step's (``lagged_runs``: the step before's)
 
     def __init__(self, owner: DecodeRuns, run, comp, target, gen, last_partial: bool):
         self.o = owner
@@ -243,7 +285,7 @@ class Run:
             if shared:  # the API server's clock is the engine's
                 free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx))
+                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled))
             kv_free, S = free_kv, S + nd  # the requests' state after the step
             if k in ending or plan is not None:
                 nd, S, kv_free = self._after(k, plan, nd, S, kv_free)
@@ -272,6 +314,10 @@ class Run:
         e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
         sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
         return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent
+
+    def computed_through(self, k: int) -> np.ndarray:
+        """Each slot's last step of the run's ``k`` that computed a token for it (its last token's)."""
+        return np.minimum(np.asarray(self.last, dtype=np.int64), k - 1)
 
     def _after(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """After step ``k``: the decodes that ended there leave, the prefills it ran progress or join."""
@@ -458,14 +504,13 @@ class Run:
         if self.in_api and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
             o.fe.env.timeout(float(times[-1, 14]) - o.fe.env.now)  # the simulation lasts until then, as stepped
         # a run's engine process runs nothing but its own steps' work and the requests' messages in: no
-        # step's scheduling waits behind the last mile's there (the wait columns: 0); its tokens are
-        # detokenized where they were copied (i: the copy's end; x: the outputs made, or at the API
-        # server
-        # x: at the API server, after the outputs' message where one crosses)
+        # step's scheduling waits behind the last mile's there (the wait columns: 0, but for ``_waits``);
+        # its tokens are detokenized where they were copied (i: the copy's end) or at the API server;
+        # x: the outputs made, or at the API server after the outputs' message where one crosses
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api else d1_, "o": o_, "e": e_,
+                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged else d1_, "o": o_, "e": e_,
                       "x": times[:, 15] if self.ipc and not self.in_api else e_,
                       **dict.fromkeys(WAIT_COLUMNS, zeros)}
         waits = self._waits(times, counts)
@@ -490,12 +535,12 @@ class Run:
         step's is read from the process's history, and the last step's task goes into it, for the step
         after the run. None where no step leaves such work (the columns are 0)."""
         if self.shared:
-            dur = counts[:, 4] * self.o.fe.cpu.stream_per_chunk
+            dur = counts[:, EMITTED] * self.o.fe.cpu.stream_per_chunk
             begin, column, label = times[:, 6], "wstr", "stream"
             end, held = begin + dur, dur > 0
         elif self.in_api and self.ipc:
             begin, end, column, label = times[:, 16], times[:, 14], "wipc", "send outputs"
-            held = (counts[:, 4] > 0) & (end > begin)
+            held = (counts[:, EMITTED] > 0) & (end > begin)
         else:
             return None
         proc = self.o.e.proc
@@ -516,7 +561,7 @@ class Run:
         proc = eng.proc
         e_, start_, launched_, s2_ = (times[:, c] for c in (5, 7, 8, 10))
         sampled_ = counts[:, 4]
-        emits = sampled_ > 0
+        emits = counts[:, EMITTED] > 0  # rows whose outputs carry tokens
         sl_, det_, out_ = times[:, 11], times[:, 12], times[:, 13]
         # where the API server detokenizes, the engine process schedules, launches and sends the ids only
         mine = np.zeros(k, dtype=bool) if self.in_api else emits
@@ -545,7 +590,7 @@ class Run:
             if intake.received[1]:
                 labels["receive request"] = intake.received[0]
         proc.settle_run(free, busy, tasks, rbusy, labels)
-        nbytes_ = eng.links.d2h_bytes(sampled_[emits])
+        nbytes_ = eng.links.d2h_bytes(sampled_[sampled_ > 0])
         secs_total = moved = 0.0
         if len(nbytes_):
             moved, secs_total = float(nbytes_.sum()), float(copy_seconds(nbytes_, self.bw_min).sum())
@@ -666,7 +711,7 @@ class _Clocks:
         """Hand each server's clock and totals back (one server's chunks summed over the run here)."""
         srv = self.srv
         if self.single:
-            sampled_ = counts[:, 4]
+            sampled_ = counts[:, EMITTED]
             emits = sampled_ > 0
             st0_ = times[:, 6]
             dur_ = (sampled_ * self.pc)[emits]

@@ -19,7 +19,8 @@ from __future__ import annotations
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("overlap", only("sync"), "a run has no step of lag between scheduling and outputs yet", "overlap")
+declare("overlap", only("sync", "async"), "a run has no lag of a step's outputs behind the next step's scheduling",
+        "overlap")
 
 
 def sync_loop(engine):
@@ -49,6 +50,13 @@ def async_scheduling_loop(engine):
     while True:
         if not engine.sched.running and not engine.sched.waiting and pending is None:
             yield from engine.idle()
+        if engine.runs is not None and pending is not None:
+            got = engine.runs.run_lagged(pending)
+            if got is not None:
+                resume, pending = got
+                if resume > engine.env.now:
+                    yield engine.env.timeout(resume - engine.env.now)
+                continue
         step, pending = pending, engine.launch()
         if step is None:
             if pending is None:

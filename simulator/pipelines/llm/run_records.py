@@ -17,8 +17,8 @@ def record_spans(run, k: int, first_step: int, times, counts) -> None:
     ports, _ = eng.links.d2h_route
     g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out = (times[:, c] for c in range(2, 14))
     sent, ss = times[:, 14], times[:, 16]
-    _, nd, new, _, sampled, _ = counts.T
-    emits = sampled > 0
+    _, nd, new, _, sampled, _, emitted = counts.T
+    emits = emitted > 0
     spans: dict = {}  # track -> [(name, start, end)] (a process's tasks; GPU and port spans are recorded apart)
 
     def add(track, name, starts, ends, where=None) -> None:
@@ -36,7 +36,7 @@ def record_spans(run, k: int, first_step: int, times, counts) -> None:
         add(proc, "receive request", *_pairs(run.intake.recv_spans))
     clocks, pc = run.clocks, fe.cpu.stream_per_chunk
     if len(fe.servers) == 1:
-        add(fe.servers[0].track, "stream", st0, st0 + sampled * pc, emits & (sampled * pc > 0))
+        add(fe.servers[0].track, "stream", st0, st0 + emitted * pc, emits & (emitted * pc > 0))
     for j, st, en in clocks.stream_spans:
         add(fe.servers[j].track, "stream", [st], [en])
     for j, st, en in run.intake.tok_spans:
@@ -52,7 +52,7 @@ def record_spans(run, k: int, first_step: int, times, counts) -> None:
     cats = np.where(new > 0, "prefill", "decode").tolist()
     for track in eng.gpu_tracks:
         rec.add_block(track, labels, g0, g1, cats)
-    copies = emits & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
+    copies = (sampled > 0) & (eng.links.d2h_bytes(sampled) > 0)  # none where the copy is free (the counterfactual)
     for port in ports:
         rec.add_block(port.track, "d2h", begin[copies], d1[copies], "link")
 
@@ -110,7 +110,7 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
     s = np.asarray(run.s, dtype=np.int64)
     c0 = np.asarray(run.c0, dtype=np.int64)
-    comp = c0 + np.maximum(last + 1 - s, 0)  # nothing added where it decoded no step here
+    comp = c0 + np.maximum(run.computed_through(k) + 1 - s, 0)  # nothing added where it decoded no step here
     if run.partial >= 0:
         comp[run.partial] = run.p_comp
     t.computed[rid] = comp
