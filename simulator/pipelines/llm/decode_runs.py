@@ -71,6 +71,22 @@ MAX_STEPS = 256
 (``observe.token_ledger``); a longer stretch is several runs."""
 
 
+def launch(a0: float, free: float, gpu_free: float, booked: float, sched: float, sched_launch: float,
+           compute: float, lat: float, secs: float) -> tuple:
+    """A step submitted at ``a0`` to its engine's process (free from ``free``), as the engine launches
+    it: scheduled after ``sched`` seconds and launched after ``sched_launch``; its GPU work from then
+    (or once the GPU is free, at ``gpu_free``) for ``compute`` seconds, never ending before its last
+    launch; its sampled ids copied on the booked port (``booked``: busy until; ``lat``, ``secs``: the
+    copy's latency and time). Returns (start, launched, scheduled, GPU start, GPU end, copy begin, copied)."""
+    start = a0 if a0 > free else free
+    launched = start + sched_launch
+    a1 = start + sched
+    g0 = a1 if a1 > gpu_free else gpu_free
+    g1 = g0 + compute
+    g1 = launched if launched > g1 else g1
+    return (start, launched, a1, g0, g1, *booked_copy(booked, g1, lat, secs))
+
+
 class DecodeRuns:
     """Closed-form runs of one :class:`~simulator.pipelines.llm.engine.Engine`."""
 
@@ -216,42 +232,29 @@ class Run:
         """Walk the run's time chain step by step until a step the closed form does not cover, then
         record the steps played (a row of ``ROW`` each); returns when the engine's loop resumes (None:
         no step played). A decode-only step runs inline, on locals; the rest is in the helpers."""
-        o, eng, sched = self.o, self.o.e, self.o.e.sched
-        budget, bs, horizon = eng.sv.max_batched_tokens, eng.sv.block_size, o.horizon
+        eng, sched, horizon = self.o.e, self.o.e.sched, self.o.horizon
         lat, booked, decode_time, clocks, intake = self._begin()
-        shapes = o.shapes  # decode-only batch size -> its step's fixed parts (see ``shape``)
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
-        srv0, single, waiting = clocks.srv[0], clocks.single, sched.waiting
-        cnt, ending, S, nd, ipc, shared, in_api = self.cnt, self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
+        srv0, single, waiting, shapes = clocks.srv[0], clocks.single, sched.waiting, self.o.shapes
+        budget, bs, cnt = eng.sv.max_batched_tokens, eng.sv.block_size, self.cnt
+        ending, S, nd, ipc, shared, in_api = self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
         rows, k, special = [], 0, intake.mode is not None or in_api
         while k < MAX_STEPS:
             a0 = now
             if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
                 free = intake.join(a0, free)
-            # schedule: vLLM V1's rule, as Scheduler.schedule computes it (where the decodes' blocks do
-            # not fit, the step-by-step path preempts)
-            if nd + (self.partial >= 0) > budget or cnt[k % bs] > kv_free:
-                break
-            free_kv = kv_free - cnt[k % bs]
-            ctx = float(S) + nd
-            if self.partial < 0 and not waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
-                if not nd:
-                    break  # nothing runs: the engine waits
-                plan, new_tokens, nchunks, sampled = None, 0, 0, nd
+            if nd and self.partial < 0 and not waiting and nd <= budget and cnt[k % bs] <= kv_free:
+                # decodes only (``_schedule``'s first case, inline): ``cost.step(ctx, nd).compute`` to the last bit
+                plan, free_kv, new_tokens, nchunks, sampled, ctx = None, kv_free - cnt[k % bs], 0, 0, nd, float(S) + nd
                 fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
                 compute = decode_time(ctx, nd)
             else:
-                plan = self._mixed(k, nd, ctx, free_kv, budget)
-                if plan is None:
+                got = self._schedule(k, nd, S, kv_free, decode_time)
+                if got is None:
                     break
-                free_kv, new_tokens, nchunks, sampled, compute, fixed = plan.step
+                plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
-            start = a0 if a0 > free else free
-            launched = start + sl
-            a1 = start + sched_c
-            g0 = a1 if a1 > gpu_free else gpu_free
-            g1 = max(g0 + compute, launched)
-            begin, d1 = booked_copy(booked, g1, lat, secs)
+            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
                 if special:  # messages, one clock with the API server, or the API server detokenizing
@@ -314,6 +317,29 @@ class Run:
         e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
         sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
         return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent
+
+    def _schedule(self, k: int, nd: int, S: int, kv_free: int, decode_time):
+        """Step ``k`` as vLLM V1's scheduler would make it of the run's state (``nd`` decodes with ``S``
+        computed tokens, ``kv_free`` blocks free): (the admissions' plan or None, the blocks free after
+        it, new prefill tokens, prefill chunks, sampled ids, GPU compute, its fixed parts, the decode
+        context), or None where the closed form stops (a preemption: the decodes' blocks do not fit;
+        the budget; nothing runs)."""
+        eng = self.o.e
+        budget, bs = eng.sv.max_batched_tokens, eng.sv.block_size
+        alloc = self.cnt[k % bs]
+        if nd + (self.partial >= 0) > budget or alloc > kv_free:
+            return None
+        free_kv, ctx = kv_free - alloc, float(S) + nd
+        if self.partial < 0 and not eng.sched.waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+            if not nd:
+                return None  # nothing runs: the engine waits
+            shapes = self.o.shapes
+            fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
+            return None, free_kv, 0, 0, nd, decode_time(ctx, nd), fixed, ctx
+        plan = self._mixed(k, nd, ctx, free_kv, budget)
+        if plan is None:
+            return None
+        return (plan, *plan.step, ctx)
 
     def computed_through(self, k: int) -> np.ndarray:
         """Each slot's last step of the run's ``k`` that computed a token for it (its last token's)."""

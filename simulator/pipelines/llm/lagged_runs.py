@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...hardware.link import booked_copy
-from .decode_runs import COUNTS, MAX_STEPS, Run
+from .decode_runs import COUNTS, MAX_STEPS, Run, launch
 from .engine import Step
 from .settings import detokenize_cost, outputs_cost
 
@@ -83,13 +82,10 @@ class LaggedRun(Run):
     def play(self, now: float):
         """Walk the loop's iterations (launch step k, then process step k-1) until one the closed form
         does not cover; returns (when the loop resumes, the step left in flight), or None."""
-        o, eng, sched = self.o, self.o.e, self.o.e.sched
-        budget, bs, horizon = eng.sv.max_batched_tokens, eng.sv.block_size, o.horizon
+        eng, sched, horizon = self.o.e, self.o.e.sched, self.o.horizon
         lat, booked, decode_time, clocks, intake = self._begin()
-        shapes = o.shapes
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
-        srv0, waiting = clocks.srv[0], sched.waiting
-        cnt, ending, S, nd, ipc, in_api = self.cnt, self.ending, self.S, self.nd, self.ipc, self.in_api
+        srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
         prev = (p.d1, a0_p + (p.d1 - a0_p), len(self.rid) - (self.partial >= 0))
@@ -98,28 +94,12 @@ class LaggedRun(Run):
             a0 = now
             if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
                 free = intake.join(a0, free)
-            if nd + (self.partial >= 0) > budget or cnt[k % bs] > kv_free:
+            got = self._schedule(k, nd, S, kv_free, decode_time)
+            if got is None:
                 break
-            free_kv = kv_free - cnt[k % bs]
-            ctx = float(S) + nd
-            if self.partial < 0 and not waiting:
-                if not nd:
-                    break
-                plan, new_tokens, nchunks, sampled = None, 0, 0, nd
-                fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
-                compute = decode_time(ctx, nd)
-            else:
-                plan = self._mixed(k, nd, ctx, free_kv, budget)
-                if plan is None:
-                    break
-                free_kv, new_tokens, nchunks, sampled, compute, fixed = plan.step
+            plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs = fixed[:4]
-            start = a0 if a0 > free else free  # launch step k
-            launched = start + sl
-            a1 = start + sched_c
-            g0 = a1 if a1 > gpu_free else gpu_free
-            g1 = max(g0 + compute, launched)
-            begin, d1 = booked_copy(booked, g1, lat, secs)
+            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = a0 + (d1 - a0)
             pd1, p_done, tokens = prev  # then process step k-1: wait for its ids, make its outputs
             woke = p_done if p_done > a0 else a0
