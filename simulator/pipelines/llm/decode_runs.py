@@ -188,6 +188,8 @@ class Run:
         self.o = owner
         eng = owner.e
         t = eng.table
+        self.budget, self.bs, self.waiting, self.shapes = (eng.sv.max_batched_tokens, eng.sv.block_size,
+                                                          eng.sched.waiting, owner.shapes)
         # requests and outputs cross between the engine's and the API server's processes as messages
         self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
         # or the API server runs in the engine's process: one clock for both (vLLM <= 0.5)
@@ -242,7 +244,7 @@ class Run:
         rows, k, special = [], 0, intake.mode is not None or in_api
         while k < MAX_STEPS:
             a0 = now
-            if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
+            if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
                 free = intake.join(a0, free)
             if nd and self.partial < 0 and not waiting and nd <= budget and cnt[k % bs] <= kv_free:
                 # decodes only (``_schedule``'s first case, inline): ``cost.step(ctx, nd).compute`` to the last bit
@@ -325,17 +327,15 @@ class Run:
         it, new prefill tokens, prefill chunks, sampled ids, GPU compute, its fixed parts, the decode
         context), or None where the closed form stops (a preemption: the decodes' blocks do not fit;
         the budget; nothing runs)."""
-        eng = self.o.e
-        budget, bs = eng.sv.max_batched_tokens, eng.sv.block_size
-        alloc = self.cnt[k % bs]
-        if nd + (self.partial >= 0) > budget or alloc > kv_free:
+        budget, partial = self.budget, self.partial
+        alloc = self.cnt[k % self.bs]
+        if nd + (partial >= 0) > budget or alloc > kv_free:
             return None
         free_kv, ctx = kv_free - alloc, float(S) + nd
-        if self.partial < 0 and not eng.sched.waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+        if partial < 0 and not self.waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
             if not nd:
                 return None  # nothing runs: the engine waits
-            shapes = self.o.shapes
-            fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
+            fixed = self.shapes.get(nd) or self.shapes.setdefault(nd, self.shape(nd, nd))
             return None, free_kv, 0, 0, nd, decode_time(ctx, nd), fixed, ctx
         plan = self._mixed(k, nd, ctx, free_kv, budget)
         if plan is None:
@@ -670,7 +670,16 @@ class _Clocks:
         their detokenization began, and when the outputs were made."""
         state = self.srv[0]
         base = at if at > state[0] else state[0]
-        i, ds = (self.receive(base, recv),) * 2 if recv > 0 else (at, base)
+        if recv > 0:  # (the receipt as :meth:`receive` books it)
+            i = ds = base + recv
+            got = self.received
+            got[0] += recv
+            got[1] += 1
+            got[2] += ds - base
+            if self.spans:
+                self.recv_spans.append((base, ds))
+        else:
+            i, ds = at, base
         o = ds + det
         state[0] = e = o + out if out > 0 else o
         return i, ds, e

@@ -86,13 +86,14 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
+        parts = self.parts
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
         prev = (p.d1, a0_p + (p.d1 - a0_p), len(self.rid) - (self.partial >= 0))
         rows, k = [], 0
         while k < MAX_STEPS:
             a0 = now
-            if intake.next_route <= a0 or ipc:  # tokenized before this step: they join the queue
+            if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
                 free = intake.join(a0, free)
             got = self._schedule(k, nd, S, kv_free, decode_time)
             if got is None:
@@ -106,8 +107,10 @@ class LaggedRun(Run):
             if not woke < horizon:
                 break
             at = pd1 if pd1 > woke else woke
-            ready = launched if not ipc else intake.receive_before(woke, launched)  # requests in first
-            det, out, dur, msg, recv = self._parts(tokens) if tokens else NO_PARTS
+            ready = launched  # the requests' messages that reached the engine by then are received first
+            if ipc and (intake.next_route <= woke or intake.next_t <= woke):
+                ready = intake.receive_before(woke, launched)
+            det, out, dur, msg, recv = (parts.get(tokens) or self._parts(tokens)) if tokens else NO_PARTS
             s2 = e = sent = ss = resume = woke
             after, i = ready, pd1
             if tokens:
@@ -123,8 +126,8 @@ class LaggedRun(Run):
                 intake.undo()
                 break
             free = after
-            if ipc:
-                intake.commit(free)
+            if intake.pending:
+                intake.keep()
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
             if intake.next_t <= (sent if in_api else resume):
                 intake.tokenize(sent if in_api else resume)
