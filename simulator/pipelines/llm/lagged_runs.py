@@ -44,7 +44,7 @@ class LaggedRun(Run):
         self.pending = pending
         if len(pending.only_prefill):
             self.prefill_rows.append((-1, int(pending.only_prefill[0])))
-        self.parts: dict[int, tuple] = {}  # tokens -> (detokenization, outputs, stream) seconds
+        self.parts: dict[int, tuple] = {}  # tokens -> their outputs' CPU seconds (``_parts``)
 
     def _first_token(self, k: int, slot: int, target: int, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """Slot ``slot`` completed its prefill in step ``k`` and made its first token there: it decodes
@@ -186,11 +186,11 @@ class LaggedRun(Run):
         outputs are step ``j - 1``'s), as the sync run records its own."""
         eng = self.o.e
         p = self.pending.index
-        launch = ("a0", "a1", "s0", "g0", "g1", "comm", "d1", "wdet", "wout", "wipc", "wstr")
-        before = dict(zip(launch, eng.steps.gather(np.array([p]), launch)))
-        processed = {key: np.concatenate([before[key][:1], times[key][:-1]]) for key in launch}
+        columns = ("a0", "a1", "s0", "g0", "g1", "comm", "d1", "wdet", "wout", "wipc", "wstr")  # a step's launch
+        before = dict(zip(columns, eng.steps.gather(np.array([p]), columns)))
+        processed = {key: np.concatenate([before[key][:1], times[key][:-1]]) for key in columns}
         processed.update({key: times[key] for key in ("i", "o", "e", "x")})
-        Run._record(_Shifted(self, k), k, p, processed, srv_start)
+        Run._record(_Shifted(self, k), k, p, processed, srv_start)  # the sync run's recording, on the shifted view
 
 
 class _Shifted:
