@@ -188,7 +188,9 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
     ({"engine": "vllm-v1", "gpu_memory_utilization": 0.2}, {"rate": "20/s"}),  # preemptions end runs
     ({"engine": "vllm-v1"}, {"max_sim_time": "30 s"}),
     ({"engine": "reference", "overlap": "async"}, {"record_spans": True}),  # detokenizing in the engine
-    ({"engine": "trtllm", "max_batched_tokens": 512, "max_batch": 16}, {})])
+    ({"engine": "trtllm", "max_batched_tokens": 512, "max_batch": 16}, {}),
+    ({"engine": "vllm-0.6"}, {}),  # async output processing: the loop waits for the step it launched
+    ({"engine": "vllm-0.6", "gpu_memory_utilization": 0.2}, {"rate": "20/s", "max_sim_time": "20 s"})])
 def test_runs_reproduce_async_scheduling(serving, extra, coalesced):
     # the loop launches step k, then processes step k-1: a request's last token's step is followed by
     # one more in its batch (the token dropped), its blocks freed after that step's scheduling; a run
@@ -213,7 +215,7 @@ def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     assert b.summary["breakdown_share"]["stream"] > 0
 
 
-@pytest.mark.parametrize("change", [{"serving.overlap": "async_output"}, {"serving.detokenizer": "separate"},
+@pytest.mark.parametrize("change", [{"serving.multi_step": 4}, {"serving.detokenizer": "separate"},
                                     {"serving.stream_interval": 4}, {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
@@ -260,12 +262,13 @@ def covered_set_ups(draw):
     detokenizer = draw(st.sampled_from(["engine", "api_server"]))  # where the sampled ids are detokenized
     # the API server's own process or the engine's (one clock; it detokenizes in the engine there)
     process = "own" if detokenizer == "api_server" else draw(st.sampled_from(["own", "engine"]))
-    overlap = "sync" if process == "engine" else draw(st.sampled_from(["sync", "async"]))  # async: a step of lag
+    # the overlapped loops: a step of lag
+    overlap = "sync" if process == "engine" else draw(st.sampled_from(["sync", "async", "async_output"]))
     serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
                "api_server_process": process, "detokenizer": detokenizer, "overlap": overlap,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" or overlap == "async"
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" or overlap != "sync"
                else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),

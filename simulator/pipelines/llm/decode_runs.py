@@ -183,6 +183,7 @@ class Run:
     """One run's state while it is played and recorded: the requests as slots in running order."""
 
     lagged = False  # a row's outputs are its own step's (``lagged_runs``: the step before's)
+    later = False  # (``lagged_runs``: async output processing, the outputs reaching the API server after the loop went on)
 
     def __init__(self, owner: DecodeRuns, run, comp, target, gen, last_partial: bool):
         self.o = owner
@@ -528,7 +529,7 @@ class Run:
         o.fe.give_back_routes(self.intake.routes)
         if k == 0:  # no step ran, but arrivals were tokenized and requests received: the engine steps on
             return None
-        if self.in_api and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
+        if (self.in_api or self.later) and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
             o.fe.env.timeout(float(times[-1, 14]) - o.fe.env.now)  # the simulation lasts until then, as stepped
         # a run's engine process runs nothing but its own steps' work and the requests' messages in: no
         # step's scheduling waits behind the last mile's there (the wait columns: 0, but for ``_waits``);

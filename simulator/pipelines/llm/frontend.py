@@ -268,15 +268,17 @@ class Frontend:
                 at[api == j] = ends[name]
         return at
 
-    def stream(self, step: int, emit, send, prefill_flag, done, made: tuple, gen) -> None:
+    def stream(self, step: int, emit, send, prefill_flag, done, made: tuple, gen, now: float | None = None) -> None:
         """Outputs built in the engine or a detokenizer process (``made``: when their ids reached
-        it, were detokenized and their outputs built) reach the API servers now: each receives its
-        part of the step's outputs and serializes one SSE chunk per sending request."""
+        it, were detokenized and their outputs built) reach the API servers now (or at ``now``, when
+        they were due): each receives its part of the step's outputs and serializes one SSE chunk per
+        sending request."""
         i, o, e = made
         sent_ids = streaming(emit, send)
         receive = self.receive_costs(self.counts(sent_ids)) if self.cpu.has_ipc else {}
         lead = {j: [("receive outputs", c, "x")] for j, c in receive.items()}
-        serialized, marks = self._serialize(sent_ids, self.env.now, self.cpu.stream_per_chunk, lead)
+        serialized, marks = self._serialize(sent_ids, self.env.now if now is None else now, self.cpu.stream_per_chunk,
+                                            lead)
         x = self._per_row(emit, marks, "x", e)
         self._deliver(step, emit, send, prefill_flag, done, {"i": i, "o": o, "e": e, "x": x}, serialized, gen)
 

@@ -34,6 +34,9 @@ class LaggedRun(Run):
 
     def __init__(self, owner, run, comp, target, gen, last_partial: bool, pending: Step, prefilled: int):
         super().__init__(owner, run, comp, target, gen, last_partial)
+        # vLLM 0.6's async output processing: the loop waits for the step it launched, not for the
+        # outputs it made (those reach the API server later)
+        self.later = owner.e.sv.overlap == "async_output"
         n = len(self.rid) - last_partial
         # every slot but the partial prefill made a token in the pending step: its first; the sync
         # run's "last" (its outputs left after the step in flight) is when it leaves the batch
@@ -86,7 +89,8 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
-        parts = self.parts
+        parts, later = self.parts, self.later
+        apart = in_api or later  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
         prev = (p.d1, a0_p + (p.d1 - a0_p), len(self.rid) - (self.partial >= 0))
@@ -122,15 +126,17 @@ class LaggedRun(Run):
                     e = ss = s2 + det + out
                     after = sent = e + msg if msg > 0 else e
                     resume = woke + (sent - woke) if sent > woke else woke
-            if not resume < horizon or (in_api and not sent < horizon):
+            if later:  # async output processing: the loop goes on once step k's ids are on the host
+                resume = t_done if t_done > a0 else a0
+            if not resume < horizon or (apart and not sent < horizon):
                 intake.undo()
                 break
             free = after
             if intake.pending:
                 intake.keep()
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
-            if intake.next_t <= (sent if in_api else resume):
-                intake.tokenize(sent if in_api else resume)
+            if intake.next_t <= (sent if apart else resume):  # the arrivals before the outputs reach the API server
+                intake.tokenize(sent if apart else resume)
             x = st0 = 0.0
             if tokens:
                 if in_api:  # the API server receives the ids, detokenizes them, builds the outputs
@@ -140,6 +146,8 @@ class LaggedRun(Run):
                 if recv > 0 and not in_api:
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
+            if later and intake.next_t <= resume:  # then those until the loop goes on
+                intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens))
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped

@@ -16,11 +16,10 @@ several decode steps at once in ``sync`` and ``async_output`` and hands their ou
 
 from __future__ import annotations
 
-from .run_support import declare, only
+from .run_support import declare
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("overlap", only("sync", "async"), "a run has no lag of a step's outputs behind the next step's scheduling",
-        "overlap")
+declare("overlap", owner="overlap")
 
 
 def sync_loop(engine):
@@ -71,6 +70,14 @@ def async_output_loop(engine):
     while True:
         if not engine.sched.running and not engine.sched.waiting and not pending:
             yield from engine.idle()
+        if engine.runs is not None and len(pending) == 1:
+            got = engine.runs.run_lagged(pending[0])
+            if got is not None:
+                resume, step = got
+                if resume > engine.env.now:
+                    yield engine.env.timeout(resume - engine.env.now)
+                pending = [step]
+                continue
         steps = engine.launch_run()
         for step in pending:
             yield from engine.finish_step(step, wait=False)

@@ -43,8 +43,9 @@ class InEngine:
             if sent > env.now:
                 yield env.timeout(sent - env.now)
             engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen)
-        else:
-            engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen))
+        else:  # (pending until then: a closed-form run that starts before delivers them first)
+            engine.deliver(sent, lambda now: engine.sink.stream(step.index, emit, send, prefill_flag, done, made,
+                                                                 step.gen, now))
 
 
 class SeparateProcess:
