@@ -2,8 +2,8 @@
 
 In an engine whose every step is a closed form of its batch (which set-ups those are, each serving
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
-synchronous overlap or async scheduling (``lagged_runs``), detokenization in the engine or the API
-server, every token streamed, one replica, an open-loop
+any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
+detokenization in the engine or the API server, every token streamed, one replica, an open-loop
 workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
 prefix cache or host KV tier, inter-process messages or the API server in the engine's process
 only with one API server and no spans),

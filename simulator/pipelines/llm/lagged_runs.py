@@ -1,11 +1,14 @@
-"""Closed-form runs of an engine with async scheduling: one step of lag between a step and its outputs.
+"""Closed-form runs of an engine with a step of lag between a step and its outputs: async scheduling
+and async output processing.
 
 With ``overlap: async`` (vLLM V1's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers)
 the engine's loop launches step k, then processes step k-1: it waits for k-1's sampled ids, then
 detokenizes and hands its outputs over while step k runs (``overlap.async_scheduling_loop``). Step
 k is scheduled before step k-1 is processed, so a request whose last token was step k-1's is still
 in step k's batch (its token there is computed and dropped) and frees its blocks only after step
-k's scheduling. A :class:`LaggedRun` is a :class:`~.decode_runs.Run` whose iterations are those of
+k's scheduling. With ``overlap: async_output`` (vLLM 0.6) the loop is the same but for when it goes
+on: once step k's ids are on the host, the outputs of step k-1 reaching the API server later
+(``overlap.async_output_loop``). A :class:`LaggedRun` is a :class:`~.decode_runs.Run` whose iterations are those of
 that loop: the step in flight when it starts (``pending``) is processed in its first iteration, and
 the one it launches last is left in flight, as a :class:`~.engine.Step` the loop processes next.
 Every rule is the sync run's (the admission, the step's costs, the copy, the clocks); what differs
