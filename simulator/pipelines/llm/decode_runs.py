@@ -5,8 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine or the API server, every token streamed, one replica, an open-loop
 workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
-prefix cache or host KV tier, inter-process messages or the API server in the engine's process
-only with one API server and no spans),
+prefix cache or host KV tier; inter-process messages, a step of lag or the API server detokenizing
+only with one API server),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
 tokenization has ended join the waiting queue (where the API server is another process, each
@@ -128,9 +128,8 @@ class DecodeRuns:
             return None  # a partial prefill that is not the last running request: the general rule
         return Run(self, run, comp, target, gen, bool(len(run) and partial[-1])).play(now)
 
-
     def run_lagged(self, pending):
-        """With a step of lag (async scheduling): commit the longest run of the loop's iterations that
+        """With a step of lag (async scheduling, async output processing): commit the longest run of the loop's iterations that
         can start now, ``pending`` (the step in flight) processed in its first; returns (when the loop
         resumes, the step the run left in flight), or None where not even one iteration can be run."""
         from .lagged_runs import LaggedRun  # (it builds on this module's Run)
@@ -183,7 +182,7 @@ class Run:
     """One run's state while it is played and recorded: the requests as slots in running order."""
 
     lagged = False  # a row's outputs are its own step's (``lagged_runs``: the step before's)
-    later = False  # (``lagged_runs``: async output processing, the outputs reaching the API server after the loop went on)
+    later = False  # (``lagged_runs``: async output processing; the outputs reach the API server later)
 
     def __init__(self, owner: DecodeRuns, run, comp, target, gen, last_partial: bool):
         self.o = owner
