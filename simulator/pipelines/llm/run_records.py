@@ -1,6 +1,6 @@
 """What a closed-form decode run leaves behind (``decode_runs``): its tokens, folded into the token
 ledger with the requests' and the scheduler's state after it, and its spans, made from its steps'
-times in the order the step-by-step engine records them."""
+times, each track's in time order."""
 
 from __future__ import annotations
 
