@@ -166,7 +166,7 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
     from simulator.pipelines.llm.engine import Engine
 
     class Sender:
-        deliver, deliver_pending = Engine.deliver, Engine.deliver_pending
+        deliver, deliver_pending, _deliver_due = Engine.deliver, Engine.deliver_pending, Engine._deliver_due
 
     sender, log = Sender(), []
     sender.env, sender.outputs_pending = simpy.Environment(), deque()

@@ -520,7 +520,7 @@ class Run:
             o.fe.give_back_routes(self.intake.routes)
             return None
         first_step = eng.steps.size
-        times = np.array(rows) if rows else np.empty((0, len(ROW)))  # k x 22, every column as floats
+        times = np.array(rows) if rows else np.empty((0, len(ROW)))  # k x len(ROW), every column as floats
         counts = times[:, COUNTS:].astype(np.int64)
         self._settle_engine(k, times, counts, free, booked)
         self.clocks.settle(times, counts)
@@ -670,16 +670,7 @@ class _Clocks:
         their detokenization began, and when the outputs were made."""
         state = self.srv[0]
         base = at if at > state[0] else state[0]
-        if recv > 0:  # (the receipt as :meth:`receive` books it)
-            i = ds = base + recv
-            got = self.received
-            got[0] += recv
-            got[1] += 1
-            got[2] += ds - base
-            if self.spans:
-                self.recv_spans.append((base, ds))
-        else:
-            i, ds = at, base
+        i, ds = (self.receive(base, recv),) * 2 if recv > 0 else (at, base)
         o = ds + det
         state[0] = e = o + out if out > 0 else o
         return i, ds, e
@@ -789,7 +780,7 @@ class _Intake:
         # requests' messages in ("ipc"), or, where the API server is the engine's process, tokenizations
         self.mode = "ipc" if engine is not None else "shared" if fe.sv.shared else None
         self.received = [0.0, 0, 0.0]  # the requests' messages received on the engine: busy, tasks, recorded busy
-        self.pending: list = []  # received for a step not yet committed: (route, seconds, recorded seconds)
+        self.pending: list = []  # received for a step not yet committed: (route, seconds, start, end)
         self.joining: list = []  # received, not yet queued: their requests in order
         self.saved = None  # with the API server in the engine's process: the state before a step's tokenizations
         self.arr, self.n = table.arrival.values, table.n

@@ -524,13 +524,20 @@ class Engine:
             action(env.now)
             return
         self.outputs_pending.append((env.now + (at - env.now), action))  # the time the timeout fires at
-        env.timeout(at - env.now).callbacks.append(lambda _ev: self.deliver_pending(env.now))
+        env.timeout(at - env.now).callbacks.append(lambda _ev: self._deliver_due(env.now))
 
-    def deliver_pending(self, until: float = float("inf")) -> None:
-        """The pending outputs due by ``until`` (all, by default) reach the API servers, in order, each
-        at the time it was due (those delivered already are not delivered again)."""
+    def _deliver_due(self, now: float) -> None:
+        """A delivery's time came: the first pending outputs reach the API servers, if they are due
+        (a closed-form run may have delivered them already; the others are later, sends being FIFO)."""
         pending = self.outputs_pending
-        while pending and pending[0][0] <= until:
+        if pending and pending[0][0] <= now:
+            at, action = pending.popleft()
+            action(at)
+
+    def deliver_pending(self) -> None:
+        """Every pending step's outputs reach the API servers now, in order, each at the time it was due."""
+        pending = self.outputs_pending
+        while pending:
             at, action = pending.popleft()
             action(at)
 
