@@ -46,3 +46,19 @@ def test_an_uncovered_value_is_stepped_and_named(key, coalesced):  # noqa: F811
     assert len(reasons) == 1 and reasons[0].startswith(f"serving.{key}=") and RUN_SUPPORT[key].lacks in reasons[0]
     simulator.run(raw, {f"serving.{key}": UNCOVERED[key], "record_spans": False}, last_mile_cost=False)
     assert coalesced[0] == 0
+
+
+def test_verbose_run_names_what_keeps_a_replica_off_the_fast_path(tmp_path, capsys):
+    """``lastmile -v run`` says which replicas step one event at a time and why; a covered one says nothing."""
+    import yaml
+
+    from simulator.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(trace_scenario("splitwise_conv.csv", 20)))
+    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "serving.stream_interval=4"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
+    assert lines == [f"lastmile: replica 0 steps one event at a time (no closed-form runs): "
+                     f"serving.stream_interval=4: {RUN_SUPPORT['stream_interval'].lacks}"]
+    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost"]) == 0
+    assert "closed-form runs" not in capsys.readouterr().err

@@ -7,6 +7,7 @@ from collections import deque
 import numpy as np
 import simpy
 
+from ... import progress
 from ...config.models import upper_tokens
 from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.topology import LinkParams, Topology
@@ -277,10 +278,19 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     elif scenario.coalesce_decode:
         # a closed loop's or a concurrency limit's next send depends on a receipt: not known in advance
         open_loop = scenario.workload.arrival != "closed" and scenario.workload.concurrency is None
-        for engine in frontend.engines:
-            if not DecodeRuns.blockers(sv, engine, open_loop, len(frontend.engines)):
-                engine.runs = DecodeRuns(engine, frontend, scenario.max_sim_time)
+        _attach_runs(frontend, sv, open_loop, scenario.max_sim_time)
     return system
+
+
+def _attach_runs(frontend: Frontend, sv, open_loop: bool, horizon: float | None) -> None:
+    """Give each replica closed-form runs of its steps where its set-up allows them; under ``-v``, say
+    which replicas step event by event and why (what keeps them off the fast path, issue 24)."""
+    for i, engine in enumerate(frontend.engines):
+        blockers = DecodeRuns.blockers(sv, engine, open_loop, len(frontend.engines))
+        if blockers:
+            progress.detail(f"replica {i} steps one event at a time (no closed-form runs): " + "; ".join(blockers))
+        else:
+            engine.runs = DecodeRuns(engine, frontend, horizon)
 
 
 def _offloader(env, sv, topo: Topology, plan: PoolPlan, gpu: int) -> Offloader | None:
