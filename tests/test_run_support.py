@@ -4,8 +4,10 @@ a set-up a run does not cover is stepped one event at a time, with the reason na
 from __future__ import annotations
 
 import pytest
+import yaml
 
 import simulator
+from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.config.models import Serving
 from simulator.pipelines.llm import serving as _serving  # noqa: F401  (imports every owning module)
@@ -49,16 +51,17 @@ def test_an_uncovered_value_is_stepped_and_named(key, coalesced):  # noqa: F811
 
 
 def test_verbose_run_names_what_keeps_a_replica_off_the_fast_path(tmp_path, capsys):
-    """``lastmile -v run`` says which replicas step one event at a time and why; a covered one says nothing."""
-    import yaml
-
-    from simulator.cli import main
-
+    """``lastmile -v run`` says which replicas step one event at a time and why (one line for replicas
+    alike); a covered one says nothing."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(trace_scenario("splitwise_conv.csv", 20)))
     assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "serving.stream_interval=4"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
     assert lines == [f"lastmile: replica 0 steps one event at a time (no closed-form runs): "
                      f"serving.stream_interval=4: {RUN_SUPPORT['stream_interval'].lacks}"]
+    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "parallel.replicas=3"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
+    assert lines == ["lastmile: all 3 replicas step one event at a time (no closed-form runs): needs one replica "
+                     "(a router's choice depends on the others' state)"]
     assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost"]) == 0
     assert "closed-form runs" not in capsys.readouterr().err

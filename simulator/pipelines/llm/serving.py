@@ -284,13 +284,20 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
 
 def _attach_runs(frontend: Frontend, sv, open_loop: bool, horizon: float | None) -> None:
     """Give each replica closed-form runs of its steps where its set-up allows them; under ``-v``, say
-    which replicas step event by event and why (what keeps them off the fast path, issue 24)."""
-    for i, engine in enumerate(frontend.engines):
-        blockers = DecodeRuns.blockers(sv, engine, open_loop, len(frontend.engines))
+    which replicas step event by event and why (what keeps them off the fast path, issue 24): one
+    line per distinct set of reasons, so thousands of replicas alike print one."""
+    engines = frontend.engines
+    stepped: dict[tuple, list[int]] = {}
+    for i, engine in enumerate(engines):
+        blockers = DecodeRuns.blockers(sv, engine, open_loop, len(engines))
         if blockers:
-            progress.detail(f"replica {i} steps one event at a time (no closed-form runs): " + "; ".join(blockers))
+            stepped.setdefault(tuple(blockers), []).append(i)
         else:
             engine.runs = DecodeRuns(engine, frontend, horizon)
+    for blockers, ids in stepped.items():
+        who = (f"replica {ids[0]} steps" if len(ids) == 1 else f"all {len(ids)} replicas step"
+               if len(ids) == len(engines) else f"replicas {', '.join(map(str, ids))} step")
+        progress.detail(f"{who} one event at a time (no closed-form runs): " + "; ".join(blockers))
 
 
 def _offloader(env, sv, topo: Topology, plan: PoolPlan, gpu: int) -> Offloader | None:
