@@ -38,6 +38,16 @@ def _exposed_warp_specialized(compute: float, memory: float, waves: int, k_stage
 
 
 GEMM_MAINLOOPS = {"multistage": _exposed_multistage, "warp_specialized": _exposed_warp_specialized}
+
+
+def step_window(ready: float, gpu_free: float, compute: float, launched: float) -> tuple[float, float]:
+    """A step's (start, end) on its GPU: its kernels run as they are launched, so it starts once
+    scheduled (``ready``) and the GPU is free, takes ``compute`` seconds, and cannot end before its
+    last launch (``launched``). The one closed form of a step's GPU time (the engine's closed-form
+    step and the closed-form decode runs call it)."""
+    g0 = ready if ready > gpu_free else gpu_free
+    g1 = g0 + compute
+    return g0, launched if launched > g1 else g1
 """How much of a GEMM's memory and math fails to overlap, by the main loop its GPU's kernels run
 (``gemm_mainloop`` in the GPU catalog)."""
 

@@ -37,10 +37,12 @@ same spans, each track's in time order (the spans frame is in time order, whoeve
 from __future__ import annotations
 
 import heapq
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
 
+from ...hardware.gpu import step_window
 from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
 from ...observe.attribution import WAIT_COLUMNS, check_ordered, wait_activity
@@ -82,9 +84,7 @@ def launch(a0: float, free: float, gpu_free: float, booked: float, sched: float,
     start = a0 if a0 > free else free
     launched = start + sched_launch
     a1 = start + sched
-    g0 = a1 if a1 > gpu_free else gpu_free
-    g1 = g0 + compute
-    g1 = launched if launched > g1 else g1
+    g0, g1 = step_window(a1, gpu_free, compute, launched)
     return (start, launched, a1, g0, g1, *booked_copy(booked, g1, lat, secs))
 
 
@@ -520,7 +520,8 @@ class Run:
             o.fe.give_back_routes(self.intake.routes)
             return None
         first_step = eng.steps.size
-        times = np.array(rows) if rows else np.empty((0, len(ROW)))  # k x len(ROW), every column as floats
+        # k x len(ROW), every column as floats (read as one flat stream: twice as fast as np.array's type discovery)
+        times = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * len(ROW)).reshape(len(rows), len(ROW))
         counts = times[:, COUNTS:].astype(np.int64)
         self._settle_engine(k, times, counts, free, booked)
         self.clocks.settle(times, counts)

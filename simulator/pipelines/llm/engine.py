@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from ...hardware.cpu import CPUProcess, book
+from ...hardware.gpu import step_window
 from ...invariants import checking
 from ...observe.attribution import ROW_MARKS, WAIT_COLUMNS, check_ordered, wait_activity
 from ...observe.columns import Columns
@@ -346,8 +347,7 @@ class Engine:
         """The same step as :meth:`_run_gpu` where nothing can delay it once launched (no TP/PP
         traffic, a booked D2H, the previous step's GPU end known): its times are computed now and
         ``step.done`` is one timeout at the copy's end, instead of a process of several events."""
-        g0 = max(a1, self.gpu_free)
-        g1 = max(g0 + compute, launched)
+        g0, g1 = step_window(a1, self.gpu_free, compute, launched)
         self._gpu_ran(step, g0, g1, category)
         d1 = self.links.booked_d2h(sampled, "d2h", g1)
         self._copied(step, 0.0, d1)
