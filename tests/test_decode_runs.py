@@ -215,8 +215,26 @@ def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
     assert b.summary["breakdown_share"]["stream"] > 0
 
 
+@pytest.mark.parametrize("serving", [{"stream_interval": 4},
+                                     # messages carry the streaming requests' entries alone; a small KV pool
+                                     {"engine": "sglang", "overlap": "sync", "detokenizer": "engine", "stream_interval": 8,
+                                      "gpu_memory_utilization": 0.25}])
+def test_runs_reproduce_a_stream_interval(serving, coalesced):
+    # a request streams its first token, its last and every N-th since its last chunk; the tokens it
+    # holds back meanwhile are rows of their own (buffered), and its chunks carry them
+    a, b = both(trace_scenario("splitwise_conv.csv", 200, "8/s", serving=serving), record_spans=True)
+    assert coalesced[0] > 0.5 * a.summary["steps"]
+    assert_same(a, b)
+    assert list(a.spans["name"]) == list(b.spans["name"])
+    assert np.abs(a.spans["start"].to_numpy() - b.spans["start"].to_numpy()).max() <= 1e-9
+    # a chunk carries about N tokens: the gap between chunks is several tokens' time
+    assert b.summary["itl_ms"]["mean"] > 2 * b.summary["tpot_ms"]["mean"]
+
+
 @pytest.mark.parametrize("change", [{"serving.multi_step": 4}, {"serving.detokenizer": "separate"},
-                                    {"serving.stream_interval": 4}, {"parallel.replicas": 2},
+                                    # a stream interval with the API server detokenizing
+                                    {"serving.stream_interval": 4, "serving.detokenizer": "api_server"},
+                                    {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
                                     # messages to several API servers
@@ -281,6 +299,10 @@ def covered_set_ups(draw):
     if ipc:
         cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
                    ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))
+    if detokenizer == "engine" and process == "own" and overlap == "sync":  # a stream interval (one API server)
+        serving["stream_interval"] = draw(st.sampled_from([1, 2, 8]))
+        if serving["stream_interval"] > 1:
+            serving["api_servers"] = 1
     if not serving["chunked_prefill"]:
         serving["max_batched_tokens"] = 8192  # whole prompts must fit the budget
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),

@@ -17,7 +17,7 @@ from test_decode_runs import coalesced, trace_scenario  # noqa: F401  (a fixture
 
 UNCOVERED = {  # a value of each restricted key that runs do not cover
     "detokenizer": "separate", "multi_step": 4,
-    "stream_interval": 4, "prefix_caching": True,
+    "prefix_caching": True,
     "kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"},
     "speculative": {"method": "ngram", "tokens": 3},
 }
@@ -55,10 +55,15 @@ def test_verbose_run_names_what_keeps_a_replica_off_the_fast_path(tmp_path, caps
     alike); a covered one says nothing."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(trace_scenario("splitwise_conv.csv", 20)))
-    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "serving.stream_interval=4"]) == 0
+    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "serving.multi_step=4"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
     assert lines == [f"lastmile: replica 0 steps one event at a time (no closed-form runs): "
-                     f"serving.stream_interval=4: {RUN_SUPPORT['stream_interval'].lacks}"]
+                     f"serving.multi_step=4: {RUN_SUPPORT['multi_step'].lacks}"]
+    assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "serving.stream_interval=4",
+                 "--set", "serving.detokenizer=api_server"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
+    assert lines == ["lastmile: replica 0 steps one event at a time (no closed-form runs): needs a stream interval "
+                     "above 1 only with the engine detokenizing, no lag and one API server in its own process"]
     assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "parallel.replicas=3"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
     assert lines == ["lastmile: all 3 replicas step one event at a time (no closed-form runs): needs one replica "

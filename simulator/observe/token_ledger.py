@@ -216,6 +216,14 @@ class TokenLedger:
 
     def _keep_run(self, first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step) -> None:
         """A run's rows as :meth:`extend` takes them (a ledger that keeps every row)."""
+        self.add_run(first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step)
+
+    def add_run(self, first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step,
+                kind=SENT, tokens=1, x=None) -> None:
+        """A closed-form decode run's rows (as :meth:`fold_run` describes them) taken as any rows are,
+        by :meth:`extend`: where some are not streamed chunks (``kind``: each row's, BUFFERED for a token
+        a stream interval holds back; ``tokens``: the tokens each row's chunk carries; ``x``: each row's
+        output at its API server, where it is not its step's), or where every row is kept."""
         if prefill_rows:
             ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
             g1p = times["g1"][ps]
@@ -224,8 +232,11 @@ class TokenLedger:
         counts = last - first + 1
         prefill = np.zeros(len(R), dtype=np.int8)
         prefill[(np.cumsum(counts) - counts)[first_prefill]] = 1  # a prefill's first token: its request's first row
-        self.extend(len(R), req=row_req, step=first_step + row_step, prefill=prefill, kind=SENT,
-                    **{m: times[m][row_step] for m in ROW_MARKS[:-1]}, R=R, tokens=1)
+        marks = {m: times[m][row_step] for m in ROW_MARKS[:-1]}
+        if x is not None:
+            marks["x"] = x
+        self.extend(len(R), req=row_req, step=first_step + row_step, prefill=prefill, kind=kind, **marks, R=R,
+                    tokens=tokens)
 
     def _retire_now(self) -> None:
         """Retire the done requests once as many rows as a buffer's fold were folded since the last

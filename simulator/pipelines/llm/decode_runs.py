@@ -53,18 +53,22 @@ from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
        "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "batch", "decodes", "prefill tokens",
-       "KV blocks used", "sampled", "decode context", "emitted")
+       "KV blocks used", "sampled", "decode context", "emitted", "chunks")
 """A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
 start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
 work (scheduling and launch, detokenization, output objects), when its outputs were sent and were at the
 first API server (its message received there: ``x``), when their message began to be sent, when they were
 at the process that detokenizes them (``i``), then its counts (the last: the tokens its outputs carry).
 Where the API server detokenizes, the detokenization's start, its work, the outputs' and ``e`` are the
-API server's. With a step of lag (``lagged_runs``), a row's outputs are the step before's."""
+API server's. With a step of lag (``lagged_runs``), a row's outputs are the step before's. Its last
+count: the chunks the step streams (its emitting requests', but for a stream interval above 1)."""
 
 EMITTED = ROW.index("emitted") - ROW.index("batch")
 """The count column of the tokens a row's outputs carry (its own step's sampled ids, or with a step of
 lag the live ones of the step before)."""
+
+CHUNKS = ROW.index("chunks") - ROW.index("batch")
+"""The count column of the chunks a row's step streams."""
 
 COUNTS = ROW.index("batch")
 """The first integer column of a run's step table."""
@@ -121,8 +125,9 @@ class DecodeRuns:
         comp = t.computed[run]
         target = t.target[run]
         gen = t.generated[run]
-        if (t.sent[run] != gen).any() or (t.blocks[run] != -(-comp // bs)).any():
-            return None
+        if (t.sent[run] != (gen if sv.stream_interval == 1 else t.streamed[run])).any() or (
+                t.blocks[run] != -(-comp // bs)).any():
+            return None  # a chunk on its way, or blocks the closed form does not count
         partial = comp < target
         if partial[:-1].any():
             return None  # a partial prefill that is not the last running request: the general rule
@@ -230,6 +235,20 @@ class Run:
             self.nd_api = [0] * nserv
             for j in self.api[:n]:
                 self.nd_api[j] += 1
+        self.every = eng.sv.stream_interval
+        if self.every > 1:
+            self._stream_phases(t.streamed[run], gen, n, last_partial)
+
+    def _stream_phases(self, streamed, gen, n: int, last_partial: bool) -> None:
+        """With a stream interval N above 1 (``Engine._emit``'s rule: a request streams its first token,
+        its last, and each N-th since its last chunk): each decode's phase, the steps k = phase mod N of
+        the run at which it streams, and the decodes per phase."""
+        N = self.every
+        self.streamed0 = streamed.tolist()  # tokens streamed before the run
+        phase = (streamed[:n] - gen[:n] - 1) % N
+        self.phase = phase.tolist() + [0] * last_partial
+        self.scnt = np.bincount(phase, minlength=N).tolist()
+        self.chunk_parts: dict[int, tuple] = {}  # chunks -> the step's work that depends on them
 
     def play(self, now: float) -> float | None:
         """Walk the run's time chain step by step until a step the closed form does not cover, then
@@ -241,7 +260,7 @@ class Run:
         srv0, single, waiting, shapes = clocks.srv[0], clocks.single, sched.waiting, self.o.shapes
         budget, bs, cnt = eng.sv.max_batched_tokens, eng.sv.block_size, self.cnt
         ending, S, nd, ipc, shared, in_api = self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
-        rows, k, special = [], 0, intake.mode is not None or in_api
+        rows, k, special, every = [], 0, intake.mode is not None or in_api, self.every
         while k < MAX_STEPS:
             a0 = now
             if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
@@ -257,6 +276,10 @@ class Run:
                     break
                 plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
+            chunks = sampled
+            if every > 1:  # only the requests that stream this step have outputs built, sent and streamed
+                chunks = self._chunks(k, plan)
+                out, dur, msg, recv = self.chunk_parts.get(chunks) or self._chunk_parts(chunks)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -281,23 +304,49 @@ class Run:
             if in_api and sampled:  # the API server receives the ids, detokenizes them, builds the outputs
                 i, s2, e = clocks.detokenize(sent, recv, det, out)
             x = e  # the step's outputs: each API server serializes its requests' chunks at e
-            if sampled and single:  # the common case: one API server streams every chunk
+            if chunks and single:  # the common case: one API server streams every chunk
                 st0 = sent if sent > srv0[0] else srv0[0]
                 if recv > 0 and not in_api:  # it receives the outputs' message first
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
             else:
-                st0 = clocks.stream(k, e, sampled, self._chunks_per_server(plan))
+                st0 = clocks.stream(k, e, chunks, self._chunks_per_server(plan))
             if shared:  # the API server's clock is the engine's
                 free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled))
+                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled, chunks))
             kv_free, S = free_kv, S + nd  # the requests' state after the step
             if k in ending or plan is not None:
                 nd, S, kv_free = self._after(k, plan, nd, S, kv_free)
             now = resume
             k += 1
         return self._settle(k, rows, free, booked, kv_free, now)
+
+    def _chunks(self, k: int, plan) -> int:
+        """With a stream interval above 1, the chunks step ``k`` streams: the decodes in their phase, those
+        that end there out of it, and the prefills it completes whose first token streams (a first
+        token ever, a last one, or the N-th since the request's last chunk)."""
+        N, phase = self.every, self.phase
+        chunks = self.scnt[k % N] + sum(1 for slot in self.ending.get(k, ()) if phase[slot] != k % N)
+        if plan is None:
+            return chunks
+        t = self.o.e.table
+        firsts = [(self.gen0[self.partial], self.streamed0[self.partial], self.rid[self.partial])] if plan.p_done else []
+        firsts += [(int(t.generated[rid]), int(t.streamed[rid]), rid) for rid, target, n in plan.admit if n >= target]
+        for gen0, streamed, rid in firsts:
+            chunks += gen0 == 0 or gen0 + 1 - streamed >= N or gen0 + 1 >= t.output[rid]
+        return chunks
+
+    def _chunk_parts(self, chunks: int) -> tuple:
+        """The work of a step that streams ``chunks`` chunks (with a stream interval above 1): its output
+        objects, its stream, its outputs' message at the engine's end and at the API server's."""
+        eng, fe = self.o.e, self.o.fe
+        counts = {0: chunks} if chunks else {}
+        parts = self.chunk_parts[chunks] = (
+            outputs_cost(eng.cpu, chunks), chunks * fe.cpu.stream_per_chunk,
+            eng.outputs_message_cost(counts) if self.ipc else 0.0,
+            fe.receive_costs(counts).get(0, 0.0) if self.ipc else 0.0)
+        return parts
 
     def _engine_outputs(self, t_done: float, d1: float, launched: float, det: float, out: float,
                         msg: float) -> tuple | None:
@@ -447,6 +496,8 @@ class Run:
             after = c0[slot] + k - s_l[slot] + 1
             S -= after
             cnt[rho[slot]] -= 1
+            if self.every > 1:
+                self.scnt[self.phase[slot]] -= 1
             kv_free += -(-after // bs)
             self.finished.append(slot)
             if self.nd_api is not None:
@@ -475,6 +526,9 @@ class Run:
             self.first.append(MAX_STEPS)
             self.last.append(MAX_STEPS)
             self.rho.append(0)
+            if self.every > 1:
+                self.phase.append(0)
+                self.streamed0.append(int(t.streamed[rid]))
             if n >= target:
                 self.c0.append(target)
                 self.s.append(k + 1)
@@ -503,6 +557,10 @@ class Run:
         r = (k + 1 - target) % bs
         self.rho[slot] = r
         self.cnt[r] += 1
+        if self.every > 1:  # streamed at k if it is its first token ever; then every N-th after its last chunk
+            gen0, N = self.gen0[slot], self.every
+            ph = self.phase[slot] = k % N if gen0 == 0 else (self.streamed0[slot] - gen0 - 1 + k) % N
+            self.scnt[ph] += 1
         last = self.last[slot] = k + out_left
         self.ending.setdefault(last, []).append(slot)
         if self.nd_api is not None:
@@ -563,7 +621,7 @@ class Run:
         step's is read from the process's history, and the last step's task goes into it, for the step
         after the run. None where no step leaves such work (the columns are 0)."""
         if self.shared:
-            dur = counts[:, EMITTED] * self.o.fe.cpu.stream_per_chunk
+            dur = counts[:, CHUNKS] * self.o.fe.cpu.stream_per_chunk
             begin, column, label = times[:, 6], "wstr", "stream"
             end, held = begin + dur, dur > 0
         elif self.in_api and self.ipc:
@@ -739,17 +797,17 @@ class _Clocks:
         """Hand each server's clock and totals back (one server's chunks summed over the run here)."""
         srv = self.srv
         if self.single:
-            sampled_ = counts[:, EMITTED]
-            emits = sampled_ > 0
+            chunks_ = counts[:, CHUNKS]
+            streams = chunks_ > 0
             st0_ = times[:, 6]
-            dur_ = (sampled_ * self.pc)[emits]
+            dur_ = (chunks_ * self.pc)[streams]
             streamed = float(dur_.sum())
             state = srv[0]
             state[1] += streamed
-            state[2] += int(emits.sum())
-            state[3] += float(((st0_[emits] + dur_) - st0_[emits])[dur_ > 0].sum())
+            state[2] += int(streams.sum())
+            state[3] += float(((st0_[streams] + dur_) - st0_[streams])[dur_ > 0].sum())
             self.stream_total[0] = streamed
-        labels0 = self._detokenized(times, emits) if self.in_api else {}
+        labels0 = self._detokenized(times, counts[:, EMITTED] > 0) if self.in_api else {}
         got = self.received
         if got[1]:
             state = srv[0]

@@ -13,12 +13,12 @@ from .engine import RequestTable
 from .placements import streaming
 from .routers import make_router
 from .settings import TOKEN_ID_BYTES, FrontendSettings, detokenize_cost, message_cost, output_message_cost, outputs_cost
-from .run_support import declare, only
+from .run_support import declare
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
 declare("api_server_process", owner="frontend")
 declare("api_servers", owner="frontend")
-declare("stream_interval", only(1), "a run streams every token as it is made", "frontend")
+declare("stream_interval", owner="frontend")  # above 1 with the layouts run_support.ENGINE_CONDITIONS names
 declare("chunk_bytes_per_token", owner="frontend")
 declare("response_header_bytes", owner="frontend")
 

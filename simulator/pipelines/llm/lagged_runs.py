@@ -152,7 +152,7 @@ class LaggedRun(Run):
             if later and intake.next_t <= resume:  # then those until the loop goes on
                 intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens))
+                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, tokens))
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped
             kv_free, S = free_kv, S + nd
             if k in ending or plan is not None:
@@ -216,6 +216,7 @@ class _Shifted:
         self.prefilling, self.admitted, self.finished = run.prefilling, run.admitted, run.finished
         self.prefill_rows = [(step + 1, r) for step, r in run.prefill_rows if step + 1 < k]
         self.partial, self.p_comp = run.partial, run.p_comp
+        self.every = run.every  # 1: a lagged run streams every token (run_support)
         # computed through the last launched step: a slot's decode start and its last step in the batch
         self.s = [s + 1 for s in run.s]
         self.computed_last = [min(last + 2, k) for last in run.last]

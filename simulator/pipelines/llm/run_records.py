@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...observe.records import BUFFERED, SENT
+
 
 def record_spans(run, k: int, first_step: int, times, counts) -> None:
     """The run's spans, made from its steps' times: on each track, in time order (a process's tasks,
@@ -17,7 +19,7 @@ def record_spans(run, k: int, first_step: int, times, counts) -> None:
     ports, _ = eng.links.d2h_route
     g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out = (times[:, c] for c in range(2, 14))
     sent, ss = times[:, 14], times[:, 16]
-    _, nd, new, _, sampled, _, emitted = counts.T
+    _, nd, new, _, sampled, _, emitted, chunks = counts.T
     emits = emitted > 0
     spans: dict = {}  # track -> [(name, start, end)] (a process's tasks; GPU and port spans are recorded apart)
 
@@ -36,7 +38,7 @@ def record_spans(run, k: int, first_step: int, times, counts) -> None:
         add(proc, "receive request", *_pairs(run.intake.recv_spans))
     clocks, pc = run.clocks, fe.cpu.stream_per_chunk
     if len(fe.servers) == 1:
-        add(fe.servers[0].track, "stream", st0, st0 + emitted * pc, emits & (emitted * pc > 0))
+        add(fe.servers[0].track, "stream", st0, st0 + chunks * pc, (chunks > 0) & (chunks * pc > 0))
     for j, st, en in clocks.stream_spans:
         add(fe.servers[j].track, "stream", [st], [en])
     for j, st, en in run.intake.tok_spans:
@@ -67,9 +69,7 @@ def _pairs(spans: list) -> tuple:
 
 def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     """The run's tokens in the ledger, and the requests', the scheduler's and the engine's state."""
-    o = run.o
-    eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
-    bs = eng.sv.block_size
+    t = run.o.e.table
     rid = np.asarray(run.rid, dtype=np.int64)
     first = np.asarray(run.first, dtype=np.int64)
     last = np.minimum(np.asarray(run.last, dtype=np.int64), k - 1)
@@ -78,6 +78,25 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
     ks = np.arange(k)
     act = (ks >= first[:, None]) & (ks <= last[:, None])  # request x step: who emits where
     col, step_of = np.nonzero(act)
+    emitted = np.maximum(last - first + 1, 0)
+    gen0 = np.asarray(run.gen0, dtype=np.int64)
+    t.generated[rid] = gen0 + emitted
+    has = np.flatnonzero(emitted > 0)
+    prefilled = has >= run.prefilling  # its first row here carries its prefill's first token
+    firsts = prefilled & (gen0[has] == 0)
+    if run.every > 1:
+        _record_held(run, first_step, times, srv_start, rid, first, last, act, col, step_of, gen0, has, prefilled, firsts)
+    else:
+        _record_streamed(run, first_step, times, srv_start, rid, first, last, act, col, step_of, gen0, emitted,
+                         has, prefilled, firsts)
+    _record_state(run, k, rid, gen0)
+
+
+def _record_streamed(run, first_step, times, srv_start, rid, first, last, act, col, step_of, gen0, emitted, has,
+                     prefilled, firsts) -> None:
+    """Every token streamed as it is made (a chunk each): its receipt from its place in its step's
+    stream, folded into the ledger as a run (``TokenLedger.fold_run``)."""
+    fe, t = run.o.fe, run.o.e.table
     pc = fe.cpu.stream_per_chunk
     nserv = len(fe.servers)
     if nserv == 1:
@@ -92,21 +111,64 @@ def record_tokens(run, k: int, first_step: int, times: dict, srv_start) -> None:
             serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
     ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
     received = fe.receipt_time(serialized, ntok)
-    # per-request state after the run
-    emitted = np.maximum(last - first + 1, 0)
-    gen0 = np.asarray(run.gen0, dtype=np.int64)
-    t.generated[rid] = gen0 + emitted
     t.sent[rid] = t.streamed[rid] = gen0 + emitted
-    has = np.flatnonzero(emitted > 0)
     row_end = np.cumsum(emitted[has])
     t.last_R[rid[has]] = received[row_end - 1]
     starts = row_end - emitted[has]
-    prefilled = has >= run.prefilling  # its first row here carries its prefill's first token
-    firsts = prefilled & (gen0[has] == 0)
     t.first_R[rid[has[firsts]]] = received[starts[firsts]]
     # the ledger folds rows against the requests' first receipts: the rows go after them
     fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, run.prefill_rows, received,
                      rid[col], step_of)
+
+
+def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, step_of, gen0, has, prefilled,
+                 firsts) -> None:
+    """With a stream interval N above 1 (one API server): a token streams, with those held since its
+    request's last chunk, where ``Engine._emit``'s rule sends (its first token ever, its last, the N-th
+    since its last chunk); a held one is "received" when its output is made, as ``Frontend._deliver``
+    records it. The rows go to the ledger as any rows (``TokenLedger.add_run``)."""
+    fe, t = run.o.fe, run.o.e.table
+    N = run.every
+    streamed0 = np.asarray(run.streamed0, dtype=np.int64)
+    gen = gen0[col] + (step_of - first[col] + 1)  # each row's token: its request's gen-th
+    base = np.where(gen0 == 0, 1, streamed0)[col]  # its request's last chunk, or its first token
+    send = (gen == 1) | (step_of == np.asarray(run.last, dtype=np.int64)[col]) | ((gen - base) % N == 0)
+    sends = np.zeros(act.shape, dtype=np.int64)
+    sends[col, step_of] = send
+    rank = np.cumsum(sends, axis=0)  # each sending request's place among the step's chunks, from 1
+    sc, sg, ss = col[send], gen[send], step_of[send]
+    head = np.ones(len(sc), dtype=bool)  # each request's first chunk of the run
+    head[1:] = sc[1:] != sc[:-1]
+    before = np.empty(len(sc), dtype=np.int64)
+    before[1:] = sg[:-1]
+    before[head] = streamed0[sc[head]]
+    ntok = sg - before
+    received = fe.receipt_time(srv_start[0][ss] + fe.cpu.stream_per_chunk * rank[sc, ss], ntok)
+    R = times["e"][step_of].astype(float)
+    R[send] = received
+    x = times["x"][step_of].astype(float)
+    x[~send] = R[~send]
+    tokens = np.zeros(len(col), dtype=np.int64)
+    tokens[send] = ntok
+    kind = np.where(send, SENT, BUFFERED).astype(np.int8)
+    streamed = streamed0.copy()
+    np.maximum.at(streamed, sc, sg)
+    t.sent[rid] = t.streamed[rid] = streamed
+    tail = np.ones(len(sc), dtype=bool)
+    tail[:-1] = head[1:]
+    t.last_R[rid[sc[tail]]] = received[tail]
+    first_of = {slot: r for slot, r in zip(sc[head].tolist(), received[head].tolist())}
+    for slot in has[firsts].tolist():  # a first token ever streams at once
+        t.first_R[rid[slot]] = first_of[slot]
+    fe.rows.add_run(first_step, times, first[has], last[has], prefilled, run.prefill_rows, R, rid[col], step_of,
+                    kind=kind, tokens=tokens, x=x)
+
+
+def _record_state(run, k: int, rid, gen0) -> None:
+    """The requests', the scheduler's and the engine's state after the run."""
+    o = run.o
+    eng, fe, t, sched = o.e, o.fe, o.e.table, o.e.sched
+    bs = eng.sv.block_size
     # computed tokens: a decode's start plus its steps, a partial prefill's chunks so far
     s = np.asarray(run.s, dtype=np.int64)
     c0 = np.asarray(run.c0, dtype=np.int64)
