@@ -30,14 +30,14 @@ bytecode: $(RUN_STAMP)
 run: $(RUN_STAMP) bytecode
 	$(BIN)/lastmile run
 
-## Install and run the test suite.
+## Install and run the test suite, on every core (pytest-xdist: the tests share no files or state).
 test: $(STAMP) bytecode
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 ## The slow tests the default run leaves out (every validation family, the notebooks, the report's suite);
 ## CI runs them after `make test`.
 test-slow: $(STAMP) bytecode
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -n auto -m slow
 
 ## The speed benchmark (an explicit command, never part of the tests): `lastmile run` of the 10k-request
 ## trace scenario as a whole process, spans off and on, in seconds, MiB and reference units (1M SimPy

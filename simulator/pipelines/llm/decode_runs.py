@@ -277,9 +277,13 @@ class Run:
                 plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
             chunks = sampled
-            if every > 1:  # only the requests that stream this step have outputs built, sent and streamed
+            if every > 1:  # only the requests that stream this step have outputs built and streamed
                 chunks = self._chunks(k, plan)
-                out, dur, msg, recv = self.chunk_parts.get(chunks) or self._chunk_parts(chunks)
+                parts = self.chunk_parts.get(chunks) or self._chunk_parts(chunks)
+                if in_api:  # (the sampled ids' message carries every request's)
+                    out, dur = parts[:2]
+                else:
+                    out, dur, msg, recv = parts
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -339,11 +343,13 @@ class Run:
 
     def _chunk_parts(self, chunks: int) -> tuple:
         """The work of a step that streams ``chunks`` chunks (with a stream interval above 1): its output
-        objects, its stream, its outputs' message at the engine's end and at the API server's."""
+        objects (the API server's, where it detokenizes), its stream, its outputs' message at the
+        engine's end and at the API server's (where the engine detokenizes: the message carries the
+        streaming requests' entries alone)."""
         eng, fe = self.o.e, self.o.fe
         counts = {0: chunks} if chunks else {}
         parts = self.chunk_parts[chunks] = (
-            outputs_cost(eng.cpu, chunks), chunks * fe.cpu.stream_per_chunk,
+            outputs_cost(fe.cpu if self.in_api else eng.cpu, chunks), chunks * fe.cpu.stream_per_chunk,
             eng.outputs_message_cost(counts) if self.ipc else 0.0,
             fe.receive_costs(counts).get(0, 0.0) if self.ipc else 0.0)
         return parts
@@ -799,6 +805,8 @@ class _Clocks:
         if self.single:
             chunks_ = counts[:, CHUNKS]
             streams = chunks_ > 0
+            if self.in_api:  # after its detokenization, a step's stream task is booked, chunks or none
+                streams |= counts[:, EMITTED] > 0
             st0_ = times[:, 6]
             dur_ = (chunks_ * self.pc)[streams]
             streamed = float(dur_.sum())
