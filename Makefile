@@ -30,14 +30,15 @@ bytecode: $(RUN_STAMP)
 run: $(RUN_STAMP) bytecode
 	$(BIN)/lastmile run
 
-## Install and run the test suite, on every core (pytest-xdist: the tests share no files or state).
+## Install and run the test suite, on every core (pytest-xdist: the tests share no files or state; the
+## slow suite's validation families already run a process per core, so it stays in one).
 test: $(STAMP) bytecode
 	$(BIN)/python -m pytest -n auto
 
 ## The slow tests the default run leaves out (every validation family, the notebooks, the report's suite);
 ## CI runs them after `make test`.
 test-slow: $(STAMP) bytecode
-	$(BIN)/python -m pytest -n auto -m slow
+	$(BIN)/python -m pytest -m slow
 
 ## The speed benchmark (an explicit command, never part of the tests): `lastmile run` of the 10k-request
 ## trace scenario as a whole process, spans off and on, in seconds, MiB and reference units (1M SimPy

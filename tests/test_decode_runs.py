@@ -220,7 +220,11 @@ def test_runs_reproduce_the_api_server_in_the_engine_process(extra, coalesced):
                                      {"engine": "sglang", "overlap": "sync", "detokenizer": "engine", "stream_interval": 8,
                                       "gpu_memory_utilization": 0.25},
                                      # the API server detokenizes every token, builds and streams the chunks
-                                     {"engine": "vllm-v1", "overlap": "sync", "stream_interval": 3}])
+                                     {"engine": "vllm-v1", "overlap": "sync", "stream_interval": 3},
+                                     # a step of lag: vLLM V1's own layout; vLLM 0.6's async output processing
+                                     {"engine": "vllm-v1", "stream_interval": 8},
+                                     {"engine": "vllm-0.6", "overlap": "async_output", "stream_interval": 3,
+                                      "gpu_memory_utilization": 0.25}])
 def test_runs_reproduce_a_stream_interval(serving, coalesced):
     # a request streams its first token, its last and every N-th since its last chunk; the tokens it
     # holds back meanwhile are rows of their own (buffered), and its chunks carry them
@@ -234,8 +238,8 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
 
 
 @pytest.mark.parametrize("change", [{"serving.multi_step": 4}, {"serving.detokenizer": "separate"},
-                                    # a stream interval with a step of lag
-                                    {"serving.stream_interval": 4, "serving.overlap": "async"},
+                                    # a stream interval with several API servers
+                                    {"serving.stream_interval": 4, "serving.api_servers": 2},
                                     {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
@@ -301,7 +305,7 @@ def covered_set_ups(draw):
     if ipc:
         cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
                    ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))
-    if process == "own" and overlap == "sync":  # a stream interval (one API server)
+    if process == "own":  # a stream interval (one API server)
         serving["stream_interval"] = draw(st.sampled_from([1, 2, 8]))
         if serving["stream_interval"] > 1:
             serving["api_servers"] = 1

@@ -149,7 +149,8 @@ class DecodeRuns:
             return None
         run = np.fromiter(running, dtype=np.int64, count=len(running))
         comp, target, gen = t.computed[run], t.target[run], t.generated[run]
-        if (t.sent[run] != gen).any() or (t.blocks[run] != -(-comp // sv.block_size)).any():
+        if (t.sent[run] != (gen if sv.stream_interval == 1 else t.streamed[run])).any() or (
+                t.blocks[run] != -(-comp // sv.block_size)).any():
             return None
         partial = comp < target
         if partial[:-1].any():
@@ -279,11 +280,7 @@ class Run:
             chunks = sampled
             if every > 1:  # only the requests that stream this step have outputs built and streamed
                 chunks = self._chunks(k, plan)
-                parts = self.chunk_parts.get(chunks) or self._chunk_parts(chunks)
-                if in_api:  # (the sampled ids' message carries every request's)
-                    out, dur = parts[:2]
-                else:
-                    out, dur, msg, recv = parts
+                out, dur, msg, recv = self._streamed(chunks, msg, recv)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -326,6 +323,13 @@ class Run:
             k += 1
         return self._settle(k, rows, free, booked, kv_free, now)
 
+    def _stream_phase(self, k: int, slot: int) -> None:
+        """Slot ``slot`` made its first token of the run in step ``k``: it streams there if that is its
+        first token ever, then every N-th after its last chunk (its phase mod N, counted)."""
+        gen0, N = self.gen0[slot], self.every
+        ph = self.phase[slot] = k % N if gen0 == 0 else (self.streamed0[slot] - gen0 - 1 + k) % N
+        self.scnt[ph] += 1
+
     def _chunks(self, k: int, plan) -> int:
         """With a stream interval above 1, the chunks step ``k`` streams: the decodes in their phase, those
         that end there out of it, and the prefills it completes whose first token streams (a first
@@ -340,6 +344,13 @@ class Run:
         for gen0, streamed, rid in firsts:
             chunks += gen0 == 0 or gen0 + 1 - streamed >= N or gen0 + 1 >= t.output[rid]
         return chunks
+
+    def _streamed(self, chunks: int, msg: float, recv: float) -> tuple:
+        """A step's outputs' work where ``chunks`` of them stream (a stream interval above 1): the output
+        objects, the stream, and the outputs' message at each end (``msg``, ``recv`` as they are where
+        the API server detokenizes: the sampled ids' message carries every request's)."""
+        parts = self.chunk_parts.get(chunks) or self._chunk_parts(chunks)
+        return (*parts[:2], msg, recv) if self.in_api else parts
 
     def _chunk_parts(self, chunks: int) -> tuple:
         """The work of a step that streams ``chunks`` chunks (with a stream interval above 1): its output
@@ -563,10 +574,8 @@ class Run:
         r = (k + 1 - target) % bs
         self.rho[slot] = r
         self.cnt[r] += 1
-        if self.every > 1:  # streamed at k if it is its first token ever; then every N-th after its last chunk
-            gen0, N = self.gen0[slot], self.every
-            ph = self.phase[slot] = k % N if gen0 == 0 else (self.streamed0[slot] - gen0 - 1 + k) % N
-            self.scnt[ph] += 1
+        if self.every > 1:
+            self._stream_phase(k, slot)
         last = self.last[slot] = k + out_left
         self.ending.setdefault(last, []).append(slot)
         if self.nd_api is not None:

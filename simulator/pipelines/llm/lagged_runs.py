@@ -46,6 +46,11 @@ class LaggedRun(Run):
         for slot in range(n):
             self.first[slot] = -1
             self.last[slot] -= 1
+        if self.every > 1:  # the phases from the step in flight (-1): a first token there streams at once
+            N, gen0 = self.every, self.gen0
+            phase = [N - 1 if gen0[j] == 0 else (self.streamed0[j] - gen0[j] - 2) % N for j in range(n)]
+            self.phase[:n] = phase
+            self.scnt = np.bincount(np.asarray(phase, dtype=np.int64), minlength=N).tolist()
         self.prefilling = prefilled  # the slots whose first token the pending step made from a prefill
         self.pending = pending
         if len(pending.only_prefill):
@@ -64,11 +69,21 @@ class LaggedRun(Run):
         r = (k + 1 - target) % bs
         self.rho[slot] = r
         self.cnt[r] += 1
+        if self.every > 1:
+            self._stream_phase(k, slot)
         last = self.last[slot] = k + max(out_left, 0)
         self.ending.setdefault(last + 1, []).append(slot)
         if self.nd_api is not None:
             self.nd_api[self.api[slot]] += 1
         return nd + 1, S + target, kv_free
+
+    def _streamed_of(self, p: int, msg: float, recv: float) -> tuple:
+        """With a stream interval above 1, the chunks of step ``p``'s outputs — its decodes in their phase
+        (its first tokens among them: a slot's phase is counted once its prefill completes) and those
+        whose last token it made out of it — and their work (``Run._streamed``)."""
+        N, phase = self.every, self.phase
+        chunks = self.scnt[p % N] + sum(1 for j in self.ending.get(p + 1, ()) if phase[j] != p % N)
+        return (chunks, *self._streamed(chunks, msg, recv))
 
     def _parts(self, tokens: int) -> tuple:
         """The CPU seconds of outputs carrying ``tokens`` tokens: detokenization, output objects (the
@@ -92,7 +107,7 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
-        parts, later = self.parts, self.later
+        parts, later, every = self.parts, self.later, self.every
         apart = in_api or later  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
@@ -118,6 +133,8 @@ class LaggedRun(Run):
             if ipc and (intake.next_route <= woke or intake.next_t <= woke):
                 ready = intake.receive_before(woke, launched)
             det, out, dur, msg, recv = (parts.get(tokens) or self._parts(tokens)) if tokens else NO_PARTS
+            chunks, out, dur, msg, recv = (self._streamed_of(k - 1, msg, recv) if every > 1 and tokens
+                                           else (tokens, out, dur, msg, recv))  # those of step k-1 that stream
             s2 = e = sent = ss = resume = woke
             after, i = ready, pd1
             if tokens:
@@ -145,14 +162,15 @@ class LaggedRun(Run):
                 if in_api:  # the API server receives the ids, detokenizes them, builds the outputs
                     i, s2, e = clocks.detokenize(sent, recv, det, out)
                 x = e
-                st0 = sent if sent > srv0[0] else srv0[0]
-                if recv > 0 and not in_api:
-                    x = st0 = clocks.receive(st0, recv)
-                srv0[0] = st0 + dur
+                if chunks or in_api:  # (where the API server detokenizes, its stream task is booked all the same)
+                    st0 = sent if sent > srv0[0] else srv0[0]
+                    if recv > 0 and not in_api:
+                        x = st0 = clocks.receive(st0, recv)
+                    srv0[0] = st0 + dur
             if later and intake.next_t <= resume:  # then those until the loop goes on
                 intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, tokens))
+                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, chunks))
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped
             kv_free, S = free_kv, S + nd
             if k in ending or plan is not None:
@@ -216,7 +234,9 @@ class _Shifted:
         self.prefilling, self.admitted, self.finished = run.prefilling, run.admitted, run.finished
         self.prefill_rows = [(step + 1, r) for step, r in run.prefill_rows if step + 1 < k]
         self.partial, self.p_comp = run.partial, run.p_comp
-        self.every = run.every  # 1: a lagged run streams every token (run_support)
+        self.every = run.every
+        if run.every > 1:
+            self.streamed0 = run.streamed0
         # computed through the last launched step: a slot's decode start and its last step in the batch
         self.s = [s + 1 for s in run.s]
         self.computed_last = [min(last + 2, k) for last in run.last]
