@@ -166,21 +166,54 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
     from simulator.pipelines.llm.engine import Engine
 
     class Sender:
-        deliver, deliver_pending, _deliver_due = Engine.deliver, Engine.deliver_pending, Engine._deliver_due
+        deliver, deliver_pending, deliver_handoffs = Engine.deliver, Engine.deliver_pending, Engine.deliver_handoffs
+        _deliver_due = staticmethod(Engine._deliver_due)
 
     sender, log = Sender(), []
-    sender.env, sender.outputs_pending = simpy.Environment(), deque()
+    sender.env, sender.outputs_pending, sender.handoffs_pending = simpy.Environment(), deque(), deque()
 
     def steps(env):
         sender.deliver(2.0, lambda now: log.append(("first", now, env.now)))
         yield env.timeout(1.0)
         sender.deliver(3.0, lambda now: log.append(("second", now, env.now)))
         sender.deliver(0.5, lambda now: log.append(("due already", now, env.now)))
+        # entries to a separate detokenizer, in their own queue: one due before the outputs pending
+        sender.deliver(1.5, lambda now: log.append(("entries", now, env.now)), sender.handoffs_pending)
 
     sender.env.process(steps(sender.env))
     sender.env.run()
-    assert log == [("due already", 1.0, 1.0), ("first", 2.0, 2.0), ("second", 3.0, 3.0)]
-    assert not sender.outputs_pending
+    assert log == [("due already", 1.0, 1.0), ("entries", 1.5, 1.5), ("first", 2.0, 2.0), ("second", 3.0, 3.0)]
+    assert not sender.outputs_pending and not sender.handoffs_pending
+
+
+def test_pending_deliveries_made_early_keep_their_times_and_order():
+    # a run that starts delivers what is on its way first: the entries to the detokenizer (which send
+    # outputs on), then the outputs, each at the time it was due; their timeouts then find nothing
+    import simpy
+    from collections import deque
+    from simulator.pipelines.llm.engine import Engine
+
+    class Sender:
+        deliver, deliver_pending, deliver_handoffs = Engine.deliver, Engine.deliver_pending, Engine.deliver_handoffs
+        _deliver_due = staticmethod(Engine._deliver_due)
+
+    sender, log = Sender(), []
+    sender.env, sender.outputs_pending, sender.handoffs_pending = simpy.Environment(), deque(), deque()
+
+    def on_entries(now):
+        log.append(("entries", now))
+        sender.deliver(now + 1.0, lambda at: log.append(("outputs", at)))
+
+    def steps(env):
+        sender.deliver(2.0, on_entries, sender.handoffs_pending)
+        sender.deliver(2.5, lambda at: log.append(("older outputs", at)))
+        yield env.timeout(1.0)
+        sender.deliver_pending()
+        log.append(("run starts", env.now))
+
+    sender.env.process(steps(sender.env))
+    sender.env.run()
+    assert log == [("entries", 2.0), ("older outputs", 2.5), ("outputs", 3.0), ("run starts", 1.0)]
 
 
 @pytest.mark.parametrize("serving, extra", [
@@ -202,6 +235,27 @@ def test_runs_reproduce_async_scheduling(serving, extra, coalesced):
     if extra.get("record_spans"):
         assert list(a.spans["name"]) == list(b.spans["name"])
         assert np.abs(a.spans["start"].to_numpy() - b.spans["start"].to_numpy()).max() <= 1e-9
+
+
+@pytest.mark.parametrize("serving, extra", [
+    ({"engine": "sglang"}, {}),  # its own layout: the overlap scheduler, messages, the detokenizer process
+    ({"engine": "sglang", "stream_interval": 3, "gpu_memory_utilization": 0.2}, {"rate": "20/s"}),  # tokens held
+    ({"engine": "sglang", "overlap": "sync"}, {"max_sim_time": "30 s"}),
+    ({"engine": "reference", "overlap": "async_output", "detokenizer": "separate", "stream_interval": 2}, {}),
+    ({"engine": "sglang", "last_mile": "free", "overlap": "async_output"}, {})])  # hand-overs that cost nothing
+def test_runs_reproduce_a_separate_detokenizer(serving, extra, coalesced):
+    # SGLang's DetokenizerManager: the engine builds the streaming requests' entries and sends them
+    # on; the detokenizer receives them, decodes every token held since its last message, builds the
+    # outputs and sends them to the API server; entries still on their way when a run starts are
+    # delivered first; the next step's scheduling waits behind the hand-over
+    raw = trace_scenario("splitwise_conv.csv", 200, extra.pop("rate", "8/s"), serving=serving)
+    a, b = both(raw, record_spans=True, **extra)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    assert list(a.spans["track"]) == list(b.spans["track"]) and list(a.spans["name"]) == list(b.spans["name"])
+    assert np.abs(a.spans["start"].to_numpy() - b.spans["start"].to_numpy()).max() <= 1e-9
+    if serving.get("last_mile") != "free":
+        assert "cpu:detokenizer0" in set(b.spans["track"])
 
 
 @pytest.mark.parametrize("extra", [{}, {"max_sim_time": "30 s"}])
@@ -237,7 +291,9 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
     assert b.summary["itl_ms"]["mean"] > 2 * b.summary["tpot_ms"]["mean"]
 
 
-@pytest.mark.parametrize("change", [{"serving.multi_step": 4}, {"serving.detokenizer": "separate"},
+@pytest.mark.parametrize("change", [{"serving.multi_step": 4},
+                                    # a separate detokenizer with several API servers
+                                    {"serving.detokenizer": "separate", "serving.api_servers": 2},
                                     # a stream interval with several API servers
                                     {"serving.stream_interval": 4, "serving.api_servers": 2},
                                     {"parallel.replicas": 2},
@@ -283,16 +339,16 @@ def covered_set_ups(draw):
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
     ipc = draw(st.booleans())  # requests and outputs cross between processes as messages (one API server)
-    detokenizer = draw(st.sampled_from(["engine", "api_server"]))  # where the sampled ids are detokenized
+    detokenizer = draw(st.sampled_from(["engine", "api_server", "separate"]))  # where the sampled ids are detokenized
     # the API server's own process or the engine's (one clock; it detokenizes in the engine there)
-    process = "own" if detokenizer == "api_server" else draw(st.sampled_from(["own", "engine"]))
+    process = "own" if detokenizer != "engine" else draw(st.sampled_from(["own", "engine"]))
     # the overlapped loops: a step of lag
     overlap = "sync" if process == "engine" else draw(st.sampled_from(["sync", "async", "async_output"]))
     serving = {"engine": "reference", **SYNC_IN_ENGINE,  # the CPU costs are drawn over the reference profile's
                "api_server_process": process, "detokenizer": detokenizer, "overlap": overlap,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer == "api_server" or overlap != "sync"
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer != "engine" or overlap != "sync"
                else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
@@ -301,7 +357,8 @@ def covered_set_ups(draw):
                "last_mile": draw(st.sampled_from(["modelled", "free"]))}
     cpu = {"base": "reference", **{key: f"{draw(st.sampled_from([0.0, 3.0, 40.0]))} us" for key in
                                    ("schedule_per_step", "tokenize_per_token", "detokenize_per_token", "stream_per_chunk",
-                                    "schedule_per_request", "detokenize_step_fixed", "output_per_request")}}
+                                    "schedule_per_request", "detokenize_step_fixed", "output_per_request",
+                                    "stream_entry_per_request")}}
     if ipc:
         cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
                    ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))

@@ -16,7 +16,7 @@ from simulator.pipelines.llm.run_support import RUN_SUPPORT, serving_blockers
 from test_decode_runs import coalesced, trace_scenario  # noqa: F401  (a fixture)
 
 UNCOVERED = {  # a value of each restricted key that runs do not cover
-    "detokenizer": "separate", "multi_step": 4,
+    "multi_step": 4,
     "prefix_caching": True,
     "kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"},
     "speculative": {"method": "ngram", "tokens": 3},

@@ -63,19 +63,32 @@ def test_the_benchmark_folds_more_rows_than_one_buffer(monkeypatch):
     assert max(sizes) >= FOLD_ROWS and len([s for s in sizes if s]) > 1
 
 
-def test_a_separate_detokenizer_keeps_every_row(monkeypatch):
-    made = []
-    init = TokenLedger.__init__
+def test_a_separate_detokenizer_hands_each_requests_rows_over_in_step_order(monkeypatch):
+    # its outputs reach the API server a message later than the engine made them, while the engine
+    # goes on: the tokens a stream interval holds back and the prefill chunks of later steps wait for
+    # them (here the detokenizer lags steps behind), so the ledger folds as it goes (it keeps no row)
+    made, order = [], {}
+    init, extend = TokenLedger.__init__, TokenLedger.extend
 
     def spy(self, *a, **k):
         init(self, *a, **k)
         made.append(self)
 
+    def log(self, n, **row):
+        reqs, steps = (np.broadcast_to(np.asarray(row[c]), (n,)) for c in ("req", "step"))
+        for r, st in zip(reqs.tolist(), steps.tolist()):
+            order.setdefault(r, []).append(st)
+        return extend(self, n, **row)
+
     monkeypatch.setattr(TokenLedger, "__init__", spy)
-    simulator.run(None, {"serving.detokenizer": "separate", "workload.requests": 20}, last_mile_cost=False)
-    simulator.run(None, {"serving.detokenizer": "engine", "workload.requests": 20}, last_mile_cost=False)
-    assert made[0].rows is not None and made[0].buffer is None
-    assert made[1].rows is None and made[1].buffer is not None
+    monkeypatch.setattr(TokenLedger, "extend", log)
+    simulator.run(None, {"serving.detokenizer": "separate", "serving.overlap": "async", "serving.stream_interval": 3,
+                         "serving.max_batched_tokens": 256, "workload.requests": 40, "coalesce_decode": False,
+                         "hardware.cpu": {"base": "reference", "detokenize_step_fixed": "30 ms"}},  # a slow detokenizer
+                  last_mile_cost=False)
+    assert made[0].rows is None and made[0].buffer is not None
+    assert sum(len(v) for v in order.values()) > 400
+    assert all(steps == sorted(steps) for steps in order.values())
 
 
 def test_past_the_exact_store_the_itl_percentiles_come_from_the_sketch(monkeypatch):

@@ -130,8 +130,8 @@ class CPUProcess:
         self.free_at, self.busy, self.tasks = free_at, busy, tasks
         for label, seconds in by_label.items():
             self.by_label[label] = self.by_label.get(label, 0.0) + seconds
-        if self.recorder is not None:
-            self.recorder.busy[self.track] = recorded
+        if self.recorder is not None and (recorded or self.track in self.recorder.busy):  # as :meth:`submit`: a track
+            self.recorder.busy[self.track] = recorded  # is busy once a task that takes time ran there
 
     def ran(self, start: float, end: float, label: str) -> None:
         """A task a closed-form run of steps played on this clock (its totals settled with

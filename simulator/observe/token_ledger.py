@@ -13,9 +13,10 @@ inter-token gaps the ITL statistics need are kept (8 bytes and a request id per 
 row) up to ``EXACT_GAPS`` of them; a run that will make more keeps the done requests' gaps in a
 quantile sketch (``observe.sketch``, 0.1% relative error on every percentile) from the start.
 
-Rows of one request must arrive in step order. Every output path keeps that order except a separate
-detokenizer process, whose output may be handed over after a later step's prefill-only rows; that
-placement keeps every row (``keep_rows``) and its metrics walk them at the end.
+Rows of one request must arrive in step order (with a separate detokenizer process, the rows made
+apart from its outputs wait for the outputs on their way: ``Engine.after_pending``). A disaggregated
+deployment, whose requests' rows lie on two replicas far apart in steps, keeps every row
+(``keep_rows``) and its metrics walk them at the end.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 In an engine whose every step is a closed form of its batch (which set-ups those are, each serving
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
-detokenization in the engine or the API server, every token streamed, one replica, an open-loop
-workload, a GPU with no step communication, no CPU-core contention, no speculative decoding, no
-prefix cache or host KV tier; inter-process messages, a step of lag or the API server detokenizing
-only with one API server),
+detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
+interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
+contention, no speculative decoding, no prefix cache or host KV tier; inter-process messages, a step
+of lag, a stream interval or detokenizing outside the engine only with one API server),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
 tokenization has ended join the waiting queue (where the API server is another process, each
@@ -14,7 +14,8 @@ request's message is received on the engine's clock at its tokenization's end, i
 between the steps' own work, and each step's outputs are sent and received as a message; where
 the API server is the engine's process, the arrivals are tokenized on the engine's own clock;
 where the API server detokenizes, the engine sends the sampled ids on and the API server receives,
-detokenizes, builds the outputs and streams them); the step is scheduled as vLLM V1's scheduler would (the running
+detokenizes, builds the outputs and streams them; where a detokenizer process does, the engine
+hands it the streaming requests' entries and it sends the outputs on); the step is scheduled as vLLM V1's scheduler would (the running
 decodes, the one partial prefill, then the waiting requests in order while the token budget, the
 batch limit and the KV blocks allow); its GPU time is the cost model's closed form; and the
 arrivals it overlaps are tokenized on the API servers' clocks in time order with its stream
@@ -47,6 +48,7 @@ from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
 from ...observe.attribution import WAIT_COLUMNS, check_ordered, wait_activity
 from .run_records import record_spans, record_tokens
+from .detok_runs import DetokClock
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
@@ -174,6 +176,7 @@ class DecodeRuns:
         now where nothing else reaches the API server before they do (no arrival): what they book there
         comes before any work of the run's, as it would stepped."""
         eng, fe = self.e, self.fe
+        eng.deliver_handoffs()  # a separate detokenizer's: its process is the engine's alone
         pending = eng.outputs_pending
         if not pending:
             return True
@@ -202,6 +205,9 @@ class Run:
         self.shared = owner.fe.sv.shared
         # the API server detokenizes and builds the outputs (vLLM V1, TensorRT-LLM's serve)
         self.in_api = eng.sv.detokenizer == "api_server"
+        # or a detokenizer process of its own, between the engine and the API server (SGLang)
+        self.sep = eng.sv.detokenizer == "separate"
+        self.detok = None
         bs = eng.sv.block_size
         ids = run.tolist()
         n = len(ids) - last_partial
@@ -261,7 +267,9 @@ class Run:
         srv0, single, waiting, shapes = clocks.srv[0], clocks.single, sched.waiting, self.o.shapes
         budget, bs, cnt = eng.sv.max_batched_tokens, eng.sv.block_size, self.cnt
         ending, S, nd, ipc, shared, in_api = self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
-        rows, k, special, every = [], 0, intake.mode is not None or in_api, self.every
+        sep = self.sep
+        apart = in_api or sep  # the outputs reach the API server after the engine's loop went on
+        rows, k, special, every = [], 0, intake.mode is not None or in_api or sep, self.every
         while k < MAX_STEPS:
             a0 = now
             if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
@@ -284,24 +292,26 @@ class Run:
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
-                if special:  # messages, one clock with the API server, or the API server detokenizing
-                    got = self._engine_outputs(t_done, d1, launched, det, out, msg)
+                if special:  # messages, one clock with the API server, detokenizing elsewhere
+                    got = self._engine_outputs(t_done, d1, launched, det, out, msg, chunks, sampled)
                     if got is None:
                         break
-                    s2, e, sent, ss, resume, after = got
+                    s2, e, sent, ss, resume, after, i, det = got
                 else:
                     s2 = d1 if d1 > launched else launched
                     e = ss = sent = after = s2 + det + out  # detokenized at s2 + det, as the engine books it
                     resume = t_done + (e - t_done) if e > t_done else t_done
-            if not resume < horizon or (in_api and not sent < horizon):
+            if not resume < horizon or (apart and not sent < horizon):
                 intake.undo()
                 break
             free = after if sampled else launched  # committed (busy times, KV-time, bytes summed at the end)
+            if sep:
+                self.detok.commit(sampled > 0)
             if intake.mode is not None:
                 intake.commit(free)
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
-            if intake.next_t <= (sent if in_api else resume):  # the arrivals this step overlaps, in time order
-                intake.tokenize(sent if in_api else resume)
+            if intake.next_t <= (sent if apart else resume):  # the arrivals this step overlaps, in time order
+                intake.tokenize(sent if apart else resume)
             if in_api and sampled:  # the API server receives the ids, detokenizes them, builds the outputs
                 i, s2, e = clocks.detokenize(sent, recv, det, out)
             x = e  # the step's outputs: each API server serializes its requests' chunks at e
@@ -366,26 +376,31 @@ class Run:
         return parts
 
     def _engine_outputs(self, t_done: float, d1: float, launched: float, det: float, out: float,
-                        msg: float) -> tuple | None:
+                        msg: float, chunks: int, tokens: int) -> tuple | None:
         """A step's work on the engine's clock after its copy (``d1``; ``t_done``: its done event)
         where more than the engine's own tasks run there or the API server detokenizes: what reached
         the clock before ``d1`` first (the requests' messages in, or tokenizations on the one clock),
         then the detokenization and the outputs (or, for the API server, the sampled ids' message).
         Returns (detokenization start, outputs made, sent, send start, when the loop resumes, the
-        clock after), or None where the horizon comes first."""
+        clock after, at the process that detokenizes, the detokenization's seconds), or None where the
+        horizon comes first. With a separate detokenizer, the engine hands the streaming entries over
+        and goes on; the times from the detokenization on are the detokenizer's (``detok_runs``)."""
         ready = launched
         if self.intake.mode is not None:
             if not d1 < self.o.horizon:
                 return None
             ready = self.intake.before_outputs(d1, launched)
+        if self.sep:  # handed over at the step's done event (its copy's end, or later)
+            i, ds, det, e, sent, after = self.detok.hand(d1 if d1 > t_done else t_done, ready, chunks, tokens, out, msg)
+            return ds, e, sent, e, t_done, after, i, det
         s2 = d1 if d1 > ready else ready
         if self.in_api:  # the engine sends the ids on (a message that costs nothing is none) and goes on
             if msg > 0:
-                return s2, t_done, s2 + msg, s2, t_done, s2 + msg
-            return s2, t_done, d1, s2, t_done, ready
+                return s2, t_done, s2 + msg, s2, t_done, s2 + msg, t_done, det
+            return s2, t_done, d1, s2, t_done, ready, t_done, det
         e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
         sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
-        return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent
+        return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent, t_done, det
 
     def _schedule(self, k: int, nd: int, S: int, kv_free: int, decode_time):
         """Step ``k`` as vLLM V1's scheduler would make it of the run's state (``nd`` decodes with ``S``
@@ -429,6 +444,8 @@ class Run:
         self.gpu_free0 = eng.gpu_free
         self.admission = _Admission(eng.sched.waiting, eng.table.prompt, eng.table.generated, eng.sv.block_size)
         clocks = self.clocks = _Clocks(eng, self.o.fe)
+        if self.sep:
+            self.detok = DetokClock(eng)
         intake = self.intake = _Intake(self.o.fe, eng.table, clocks, eng if self.ipc else None)
         return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
 
@@ -596,13 +613,16 @@ class Run:
         # k x len(ROW), every column as floats (read as one flat stream: twice as fast as np.array's type discovery)
         times = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * len(ROW)).reshape(len(rows), len(ROW))
         counts = times[:, COUNTS:].astype(np.int64)
-        self._settle_engine(k, times, counts, free, booked)
+        hands = self.detok.table() if self.sep else None
+        self._settle_engine(k, times, counts, free, booked, hands)
+        if self.sep:
+            self.detok.settle(times, counts, hands, CHUNKS)
         self.clocks.settle(times, counts)
         o.fe.took_arrivals(self.intake.nxt)
         o.fe.give_back_routes(self.intake.routes)
         if k == 0:  # no step ran, but arrivals were tokenized and requests received: the engine steps on
             return None
-        if (self.in_api or self.later) and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
+        if (self.in_api or self.later or self.sep) and times[-1, 14] > now:  # the API server's last work began after the engine resumed:
             o.fe.env.timeout(float(times[-1, 14]) - o.fe.env.now)  # the simulation lasts until then, as stepped
         # a run's engine process runs nothing but its own steps' work and the requests' messages in: no
         # step's scheduling waits behind the last mile's there (the wait columns: 0, but for ``_waits``);
@@ -611,17 +631,17 @@ class Run:
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged else d1_, "o": o_, "e": e_,
+                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged or self.sep else d1_, "o": o_, "e": e_,
                       "x": times[:, 15] if self.ipc and not self.in_api else e_,
                       **dict.fromkeys(WAIT_COLUMNS, zeros)}
-        waits = self._waits(times, counts)
+        waits = self._waits(times, counts, hands)
         if waits is not None:
             step_times.update(waits)
         eng.settle_run(k, step_times, counts, self.gpu_free0)
         srv_start = self.clocks.starts
         srv_start[0] = times[:, 6]
         if self.clocks.spans:
-            record_spans(self, k, first_step, times, counts)
+            record_spans(self, k, first_step, times, counts, hands)
         self._record(k, first_step, step_times, srv_start)
         check_ordered(times[:, 0], times[:, 7], times[:, 1], times[:, 2], times[:, 3], times[:, 4])
         pool = eng.sched.pool
@@ -629,34 +649,44 @@ class Run:
         pool.check()
         return now
 
-    def _waits(self, times, counts) -> dict | None:
+    def _waits(self, times, counts, hands) -> dict | None:
         """What each step's scheduling waited behind on the engine's process (``attribution.wait_activity``)
-        where the step before left last-mile work there past its end: its stream, where the API server
-        is the engine's process; the sampled ids' message, where the API server detokenizes. The first
-        step's is read from the process's history, and the last step's task goes into it, for the step
+        where the step before left last-mile work there past its end (:meth:`_left_work`). The first
+        step's is read from the process's history, and the last step's tasks go into it, for the step
         after the run. None where no step leaves such work (the columns are 0)."""
-        if self.shared:
-            dur = counts[:, CHUNKS] * self.o.fe.cpu.stream_per_chunk
-            begin, column, label = times[:, 6], "wstr", "stream"
-            end, held = begin + dur, dur > 0
-        elif self.in_api and self.ipc:
-            begin, end, column, label = times[:, 16], times[:, 14], "wipc", "send outputs"
-            held = (counts[:, EMITTED] > 0) & (end > begin)
-        else:
+        left = self._left_work(times, counts, hands)
+        if not left:
             return None
         proc = self.o.e.proc
         a0, start = times[:, 0], times[:, 7]
         waits = {w: np.zeros(len(a0)) for w in WAIT_COLUMNS}
         for w, seconds in zip(WAIT_COLUMNS, wait_activity(proc, float(a0[0]), float(start[0]))):
             waits[w][0] = seconds
-        overlap = np.minimum(end[:-1], start[1:]) - np.maximum(begin[:-1], a0[1:])
-        waited = held[:-1] & (start[1:] > a0[1:]) & (overlap > 0)
-        waits[column][1:][waited] = overlap[waited]
-        if held[-1]:
-            proc.ran(float(begin[-1]), float(end[-1]), label)
+        for begin, end, held, column, label in left:
+            overlap = np.minimum(end[:-1], start[1:]) - np.maximum(begin[:-1], a0[1:])
+            waited = held[:-1] & (start[1:] > a0[1:]) & (overlap > 0)
+            waits[column][1:][waited] += overlap[waited]
+            if held[-1]:
+                proc.ran(float(begin[-1]), float(end[-1]), label)
         return waits
 
-    def _settle_engine(self, k: int, times, counts, free: float, booked: float) -> None:
+    def _left_work(self, times, counts, hands) -> list:
+        """The last-mile tasks each step leaves on the engine's process, in their order there, as
+        (begins, ends, whether booked, wait column, label): its stream, where the API server is the
+        engine's process; the sampled ids' message, where the API server detokenizes; the entries and
+        their message, where a separate process detokenizes."""
+        if self.shared:
+            dur = counts[:, CHUNKS] * self.o.fe.cpu.stream_per_chunk
+            return [(times[:, 6], times[:, 6] + dur, dur > 0, "wstr", "stream")]
+        if self.in_api and self.ipc:
+            begin, end = times[:, 16], times[:, 14]
+            return [(begin, end, (counts[:, EMITTED] > 0) & (end > begin), "wipc", "send outputs")]
+        if self.sep:
+            hs, built, ms, handed = hands[:, 0], hands[:, 1], hands[:, 2], hands[:, 3]
+            return [(hs, built, hands[:, 5] > 0, "wout", "output"), (ms, handed, hands[:, 6] > 0, "wipc", "send outputs")]
+        return []
+
+    def _settle_engine(self, k: int, times, counts, free: float, booked: float, hands) -> None:
         """What the run's steps add to the engine process's totals and to the copy's port."""
         eng = self.o.e
         proc = eng.proc
@@ -664,8 +694,9 @@ class Run:
         sampled_ = counts[:, 4]
         emits = counts[:, EMITTED] > 0  # rows whose outputs carry tokens
         sl_, det_, out_ = times[:, 11], times[:, 12], times[:, 13]
-        # where the API server detokenizes, the engine process schedules, launches and sends the ids only
-        mine = np.zeros(k, dtype=bool) if self.in_api else emits
+        # where the API server detokenizes, the engine process schedules, launches and sends the ids only;
+        # where a separate process does, it hands the streaming entries over (``detok_runs``)
+        mine = np.zeros(k, dtype=bool) if self.in_api or self.sep else emits
         o_ = s2_ + det_  # detokenized (the engine's first output task's end)
         sched_total = float(sl_.sum())
         det_total, out_total = float(det_[mine].sum()), float(out_[mine].sum())
@@ -674,19 +705,27 @@ class Run:
         tasks = proc.tasks + k + int(mine.sum()) + int(built.sum())
         rbusy = proc.recorded_busy() + (float((launched_ - start_)[sl_ > 0].sum())
                                         + float((o_ - s2_)[mine & (det_ > 0)].sum()) + float((e_ - o_)[built].sum()))
-        labels = {"schedule+launch": sched_total} if self.in_api else {"schedule+launch": sched_total, "detokenize": det_total}
+        labels = {"schedule+launch": sched_total}
+        if not (self.in_api or self.sep):
+            labels["detokenize"] = det_total
         if built.any():
             labels["output"] = out_total
-        if self.ipc:  # the outputs' messages out, the requests' messages in
-            sent_ = times[:, 14]
-            msg = sent_[emits] - times[:, 16][emits]
-            sent = msg > 0
-            sent_total = float(msg[sent].sum())
-            if sent.any():
-                labels["send outputs"] = sent_total
+        if self.sep:
+            hand_busy, hand_tasks, hand_rbusy, hand_labels = self.detok.engine_totals(hands)
+            busy, tasks, rbusy = busy + hand_busy, tasks + hand_tasks, rbusy + hand_rbusy
+            labels.update(hand_labels)
+        if self.ipc:  # the outputs' messages out (but to a separate detokenizer), the requests' messages in
+            sent_total = 0.0
+            if not self.sep:
+                msg = times[:, 14][emits] - times[:, 16][emits]
+                sent = msg > 0
+                sent_total = float(msg[sent].sum())
+                if sent.any():
+                    labels["send outputs"] = sent_total
+                tasks += int(sent.sum())
             intake = self.intake
             busy += sent_total + intake.received[0]
-            tasks += int(sent.sum()) + intake.received[1]
+            tasks += intake.received[1]
             rbusy += sent_total + intake.received[2]
             if intake.received[1]:
                 labels["receive request"] = intake.received[0]

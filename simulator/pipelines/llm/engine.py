@@ -184,6 +184,8 @@ class Engine:
         self.held_tokens = 0  # tokens made but not yet sent on to a separate detokenizer (placements)
         # steps' outputs on their way to the API servers, in order: (when they arrive, what they do there)
         self.outputs_pending: deque = deque()
+        # steps' entries on their way to a separate detokenizer, in order (as ``outputs_pending``)
+        self.handoffs_pending: deque = deque()
         env.process(OVERLAP_MODES[settings.overlap](self))
 
     def hand_off_to(self, handoff) -> None:
@@ -505,8 +507,9 @@ class Engine:
         if not step.done.processed:
             yield step.done
         if len(step.only_prefill):  # a chunk that emits nothing: every milestone its GPU end
-            self.rows.extend(len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1,
-                             kind=PREFILL_ONLY, **dict.fromkeys(ROW_MARKS, step.g1), tokens=0)
+            self.placement.in_order(self, lambda: self.rows.extend(
+                len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1, kind=PREFILL_ONLY,
+                **dict.fromkeys(ROW_MARKS, step.g1), tokens=0))
         if self.handoff is not None and len(step.completes):
             self.rows.extend(len(step.completes), req=step.completes, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, **dict.fromkeys(ROW_MARKS, step.g1), tokens=0)
@@ -515,38 +518,68 @@ class Engine:
             yield from self.placement.hand_over(self, step, emit, send, prefill_flag, done,
                                                 max(step.d1, self.env.now), wait)
 
-    def deliver(self, at: float, action) -> None:
+    def deliver(self, at: float, action, queue: deque | None = None) -> None:
         """Call ``action(now)`` when a step's outputs reach the API servers at ``at`` (at once, if that
-        is not in the future), as :meth:`later` does; until then they are pending, and a closed-form
-        run that starts before may deliver them first (:meth:`deliver_pending`)."""
+        is not in the future); until then they are pending in ``queue``
+        (``outputs_pending``, or ``handoffs_pending`` for entries on their way to a separate
+        detokenizer), and a closed-form run that starts before may deliver them first
+        (:meth:`deliver_pending`)."""
         env = self.env
         if not at > env.now:
             action(env.now)
             return
-        self.outputs_pending.append((env.now + (at - env.now), action))  # the time the timeout fires at
-        env.timeout(at - env.now).callbacks.append(lambda _ev: self._deliver_due(env.now))
+        queue = self.outputs_pending if queue is None else queue
+        queue.append((env.now + (at - env.now), action))  # the time the timeout fires at
+        env.timeout(at - env.now).callbacks.append(lambda _ev: self._deliver_due(queue, env.now))
 
-    def _deliver_due(self, now: float) -> None:
-        """A delivery's time came: the first pending outputs reach the API servers, if they are due
-        (a closed-form run may have delivered them already; the others are later, sends being FIFO)."""
-        pending = self.outputs_pending
-        if pending and pending[0][0] <= now:
+    @staticmethod
+    def _deliver_due(queue: deque, now: float) -> None:
+        """A delivery's time came: the first pending item of ``queue`` arrives, if it is due (a
+        closed-form run may have delivered it already; the others are later, sends being FIFO)."""
+        if queue and queue[0][0] <= now:
+            at, action = queue.popleft()
+            action(at)
+
+    def after_pending(self, action) -> None:
+        """Call ``action()`` once every step's outputs now on their way have reached the API servers
+        (at once, where none are): rows recorded by it come after theirs, so each request's rows reach
+        the ledger in step order. Entries on their way to a separate detokenizer carry it on to the
+        outputs they become (``after``: a list on their action)."""
+        if self.handoffs_pending:
+            self.handoffs_pending[-1][1].after.append(action)
+        elif self.outputs_pending:
+            at, last = self.outputs_pending[-1]
+            self.outputs_pending[-1] = (at, lambda now: (last(now), action()))
+        else:
+            action()
+
+    def deliver_handoffs(self) -> None:
+        """Every step's entries on their way to a separate detokenizer arrive now, in order, each at the
+        time it was due: the detokenizer's process is this engine's alone, so nothing else books there
+        meanwhile (what it sends on is pending in ``outputs_pending``)."""
+        pending = self.handoffs_pending
+        while pending:
             at, action = pending.popleft()
             action(at)
 
     def deliver_pending(self) -> None:
         """Every pending step's outputs reach the API servers now, in order, each at the time it was due."""
+        self.deliver_handoffs()
         pending = self.outputs_pending
         while pending:
             at, action = pending.popleft()
             action(at)
 
-    def later(self, at: float, action) -> None:
-        """Run ``action`` at time ``at`` (now, if ``at`` is not in the future)."""
-        if at > self.env.now:
-            self.env.timeout(at - self.env.now).callbacks.append(lambda _ev: action())
-        else:
-            action()
+    def hold_tokens(self, tokens: int, streams: bool) -> int:
+        """A step's ``tokens`` join those held for a separate detokenizer; where it ``streams`` (some
+        request sends a chunk), all held go on: returns how many (0 where none streams)."""
+        held = self.held_tokens + tokens
+        self.held_tokens = 0 if streams else held
+        return held if streams else 0
+
+    def settle_held(self, tokens: int) -> None:
+        """After a closed-form run (``detok_runs``): the tokens it left held for the separate detokenizer."""
+        self.held_tokens = tokens
 
     def stats(self) -> EngineStats:
         """What this engine reports to the metrics when the run ends."""

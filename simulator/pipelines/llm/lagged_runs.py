@@ -107,8 +107,8 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
-        parts, later, every = self.parts, self.later, self.every
-        apart = in_api or later  # the outputs reach the API server after the loop went on
+        parts, later, every, sep = self.parts, self.later, self.every, self.sep
+        apart = in_api or later or sep  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
         prev = (p.d1, a0_p + (p.d1 - a0_p), len(self.rid) - (self.partial >= 0))
@@ -142,6 +142,9 @@ class LaggedRun(Run):
                 if in_api:  # the engine sends the ids on and goes on
                     ss, sent = s2, (s2 + msg if msg > 0 else at)
                     after = sent if msg > 0 else ready
+                elif sep:  # the engine hands the streaming entries to the detokenizer and goes on
+                    i, s2, det, e, sent, after = self.detok.hand(at, ready, chunks, tokens, out, msg)
+                    ss = e
                 else:
                     e = ss = s2 + det + out
                     after = sent = e + msg if msg > 0 else e
@@ -152,6 +155,8 @@ class LaggedRun(Run):
                 intake.undo()
                 break
             free = after
+            if sep:
+                self.detok.commit(tokens > 0)
             if intake.pending:
                 intake.keep()
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)

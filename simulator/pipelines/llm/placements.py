@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from ...hardware.cpu import book
 from .settings import output_message_cost
-from .run_support import declare, only
+from .run_support import declare
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("detokenizer", only("engine", "api_server"), "a run detokenizes in the engine or the API server only",
-        "placements")
+declare("detokenizer", owner="placements")  # a separate process only with the layout run_support.ENGINE_CONDITIONS names
 
 
 def streaming(emit, send):
@@ -47,6 +46,11 @@ class InEngine:
             engine.deliver(sent, lambda now: engine.sink.stream(step.index, emit, send, prefill_flag, done, made,
                                                                  step.gen, now))
 
+    @staticmethod
+    def in_order(engine, action) -> None:
+        """Record rows made apart from the outputs (a prefill chunk's): at once."""
+        action()
+
 
 class SeparateProcess:
     """Send the streaming requests' entries to the replica's detokenizer process; it detokenizes
@@ -61,36 +65,53 @@ class SeparateProcess:
 
     @staticmethod
     def hand_over(engine, step, emit, send, prefill_flag, done, at: float, wait: bool):
-        chunks, tokens = SeparateProcess._streamed(engine, step, emit, send)
+        chunks = len(emit) if send is None else int(send.sum())
+        tokens = engine.hold_tokens(engine.tokens_of(step, emit), chunks > 0)
         if not chunks:  # nothing streams: no entry, no message; the tokens are held where they were made
-            engine.sink.stream(step.index, emit, send, prefill_flag, done, (at, at, at), step.gen)
+            engine.after_pending(lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, (at, at, at),
+                                                            step.gen, at))
             return
         built = book(engine.proc, at, engine.cpu.stream_entry_per_request * chunks, "output")
         sent = book(engine.proc, built, output_message_cost(engine.sv, chunks), "send outputs")
-        engine.later(sent, lambda: SeparateProcess._detokenize(engine, step, emit, send, prefill_flag, done,
-                                                               chunks, tokens))
+        engine.deliver(sent, _Handoff(engine, step, emit, send, prefill_flag, done, chunks, tokens),
+                       engine.handoffs_pending)
         return
         yield  # a generator, like the other placements
 
     @staticmethod
-    def _streamed(engine, step, emit, send) -> tuple[int, int]:
-        """The entries a step's message carries (one per streaming request) and the tokens it hands
-        the detokenizer: every token made since the last message (each is decoded once, with the
-        first chunk that goes after it)."""
-        engine.held_tokens += engine.tokens_of(step, emit)
-        chunks = len(emit) if send is None else int(send.sum())
-        if not chunks:
-            return 0, 0
-        tokens, engine.held_tokens = engine.held_tokens, 0
-        return chunks, tokens
+    def in_order(engine, action) -> None:
+        """Record rows made apart from the outputs (a prefill chunk's) after the outputs on their way:
+        they may be a later step's of a request whose earlier step's outputs are still at the
+        detokenizer, and a request's rows reach the ledger in step order."""
+        engine.after_pending(action)
 
-    @staticmethod
-    def _detokenize(engine, step, emit, send, prefill_flag, done, chunks: int, tokens: int) -> None:
-        now, proc = engine.env.now, engine.detok_proc
-        received = book(proc, now, output_message_cost(engine.sv, chunks), "detokenizer receive")
-        made = (received, *engine.output_work(proc, now, tokens, send))
+
+class _Handoff:
+    """A step's entries on their way to the separate detokenizer; ``after``: what to do once the
+    outputs they become reach the API servers (rows of later steps, :meth:`Engine.after_pending`)."""
+
+    def __init__(self, engine, step, emit, send, prefill_flag, done, chunks: int, tokens: int):
+        self.args = (engine, step, emit, send, prefill_flag, done)
+        self.chunks, self.tokens = chunks, tokens
+        self.after: list = []
+
+    def __call__(self, now: float) -> None:
+        """The entries reach the detokenizer at ``now``: it receives them, decodes every token held
+        since its last message (each is decoded once, with the first chunk that goes after it),
+        builds the outputs and sends them on."""
+        engine, step, emit, send, prefill_flag, done = self.args
+        proc = engine.detok_proc
+        received = book(proc, now, output_message_cost(engine.sv, self.chunks), "detokenizer receive")
+        made = (received, *engine.output_work(proc, now, self.tokens, send))
         sent = engine.send_outputs(proc, made[-1], streaming(emit, send))
-        engine.later(sent, lambda: engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen))
+        after = self.after
+
+        def reach(at: float) -> None:
+            engine.sink.stream(step.index, emit, send, prefill_flag, done, made, step.gen, at)
+            for action in after:
+                action()
+
+        engine.deliver(sent, reach)
 
 
 class InApiServers:
@@ -103,6 +124,8 @@ class InApiServers:
                                                                         now, step.emitted, step.gen))
         return
         yield  # a generator, like the other placements
+
+    in_order = InEngine.in_order
 
 
 PLACEMENTS = {"engine": InEngine, "separate": SeparateProcess, "api_server": InApiServers}

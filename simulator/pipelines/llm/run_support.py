@@ -65,6 +65,8 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
         lambda e, open_loop, n: not e.cpu.has_ipc or len(e.sink.servers) == 1,
     "detokenization in the API server (detokenizer: api_server) only in its own process, with one API server":
         lambda e, open_loop, n: e.sv.detokenizer != "api_server" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
+    "a separate detokenizer process (detokenizer: separate) only with one API server in its own process":
+        lambda e, open_loop, n: e.sv.detokenizer != "separate" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
     "a step of lag (overlap: async or async_output) only with one API server in its own process":
         lambda e, open_loop, n: e.sv.overlap == "sync" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
     "no long-prefill token threshold": lambda e, open_loop, n: e.sv.long_prefill_token_threshold == 0,

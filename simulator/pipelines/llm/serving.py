@@ -234,9 +234,8 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
         pool = CorePool(hw.cpu_cores, now=lambda: env.now)
     table = RequestTable(specs.arrival, specs.prompt, specs.output)
     table.prefix, table.session = specs.prefix, specs.session
-    # a separate detokenizer may hand a step's tokens over after a later step's rows, and a
-    # disaggregated request's rows lie on two replicas far apart in steps: keep every row
-    keep_rows = sv.detokenizer == "separate" or scenario.disaggregation is not None
+    # a disaggregated request's rows lie on two replicas far apart in steps: keep every row
+    keep_rows = scenario.disaggregation is not None
     # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
     # ledger reads them while it folds, and only the recent ones need to be held
     steps = Columns(STEP_COLUMNS) if recorder.enabled or keep_rows else RingColumns(STEP_COLUMNS)
