@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/run.py --series               # `make bench-series`: 1k, 10k, 100k, 1M requests
     .venv/bin/python benchmarks/run.py --series --max-requests 100000 --repeats 1
     .venv/bin/python benchmarks/run.py --series --min-requests 1000000 --repeats 1   # the 1M row alone
+    .venv/bin/python benchmarks/run.py --engines [--series --max-requests 100000]    # each engine profile's own layout
 
 What it measures, in one invocation:
 
@@ -13,6 +14,11 @@ What it measures, in one invocation:
 - **runs**: ``lastmile run SCENARIO --no-write --no-last-mile-cost -q --json --set record_spans=...`` as a child process:
   wall clock as the shell sees it (interpreter start, imports, loading the trace, simulating, the
   summary) and that child's own peak RSS (``os.wait4``'s rusage, so one child's peak is not another's).
+
+With ``--engines``, each engine profile (``ENGINES``) runs the same requests with its own serving
+layout (the profile's ``serving`` defaults from the catalog: overlap, where it detokenizes, messages),
+interleaved with the plain benchmark, and each record gives its ratio to the plain one in the same
+round (the median of the rounds' ratios).
 
 Each measurement is repeated (default 3) with the configurations interleaved (reference, spans off,
 spans on, then again), and the median is reported. Records go as JSON lines to
@@ -42,6 +48,8 @@ SERIES = (1_000, 10_000, 100_000, 1_000_000)
 RESULTS = Path("runs") / "bench" / "results.jsonl"
 TRACKED = Path("benchmarks") / "results.jsonl"
 REFERENCE_TIMEOUTS = 1_000_000
+ENGINES = ("reference", "vllm-0.5", "vllm-0.6", "vllm-v1", "sglang", "trtllm")
+"""The engine profiles ``--engines`` measures (catalog engines.yaml), each with its own layout."""
 
 REFERENCE_SCRIPT = f"""
 import time, simpy
@@ -92,9 +100,12 @@ def maxrss_mib(ru_maxrss: int, system: str | None = None) -> float:
 
 
 def format_table(records: list[dict]) -> str:
-    """The printed table: one line per record, wall (s), peak RSS (MiB), wall in reference units, wall per request."""
+    """The printed table: one line per record, wall (s), peak RSS (MiB), wall in reference units, wall per
+    request (with ``--engines``: the engine profile and the ratio to the plain benchmark first)."""
     if not records:
         return "(no measurements)"
+    if any("engine" in r for r in records):
+        return _engine_table(records)
     ref = records[0]["reference_s"]
     head = (f"reference: {REFERENCE_TIMEOUTS:,} SimPy timeouts in {ref:.3f} s "
             f"(median of {len(records[0].get('reference_runs_s', [ref]))})")
@@ -105,6 +116,41 @@ def format_table(records: list[dict]) -> str:
         lines.append(f"{r['requests']:>10,}  {'on' if r['record_spans'] else 'off':>5}  {r['wall_s']:>8.2f}  "
                      f"{r['peak_mib']:>9.1f}  {r['ref_units']:>9.2f}  {per_req:>10.1f}")
     return "\n".join(lines)
+
+
+def _engine_table(records: list[dict]) -> str:
+    """The table of an ``--engines`` measurement: per size, the plain benchmark and each profile."""
+    cols = f"{'requests':>10}  {'engine':>10}  {'wall s':>8}  {'peak MiB':>9}  {'ref units':>9}  {'x plain':>7}"
+    lines = [f"reference: {REFERENCE_TIMEOUTS:,} SimPy timeouts in {records[0]['reference_s']:.3f} s", cols, "-" * len(cols)]
+    for r in records:
+        lines.append(f"{r['requests']:>10,}  {r.get('engine') or 'plain':>10}  {r['wall_s']:>8.2f}  {r['peak_mib']:>9.1f}  "
+                     f"{r['ref_units']:>9.2f}  {r.get('vs_plain', 1.0):>7.2f}")
+    return "\n".join(lines)
+
+
+def paired_ratios(walls: list[tuple], configs: list) -> dict:
+    """Each engine configuration's median ratio to the plain benchmark of its size in the same round
+    (``walls``: (config, seconds) in run order, one round after another; config: (kind, n, spans, engine))."""
+    rounds = len(walls) // len(configs)
+    out = {}
+    for c in configs:
+        if c[0] != "run" or c[3] is None:
+            continue
+        plain = next(p for p in configs if p[0] == "run" and p[1] == c[1] and p[3] is None)
+        ratios = [walls[r * len(configs) + configs.index(c)][1] / walls[r * len(configs) + configs.index(plain)][1]
+                  for r in range(rounds)]
+        out[c] = median(ratios)
+    return out
+
+
+def engine_sets(engine: str) -> list[str]:
+    """``--set`` arguments for engine profile ``engine`` with its own serving layout (its catalog defaults)."""
+    from simulator.config import catalog
+
+    argv = ["--set", f"serving.engine={engine}"]
+    for key, value in (catalog.entry("engines", engine) or {}).get("serving", {}).items():
+        argv += ["--set", f"serving.{key}={str(value).lower() if isinstance(value, bool) else value}"]
+    return argv
 
 
 def write_records(records: list[dict], root: Path | None = None, *, record: bool = False) -> list[Path]:
@@ -159,7 +205,7 @@ def reference_once() -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def run_argv(requests: int | None, spans: bool) -> list[str]:
+def run_argv(requests: int | None, spans: bool, engine: str | None = None) -> list[str]:
     # the simulation alone: the counterfactual with the last mile free (on by default) would run it twice
     argv = _cli() + ["run", str(SCENARIO), "--no-write", "--no-last-mile-cost", "-q", "--json",
                      "--set", f"record_spans={str(spans).lower()}"]
@@ -167,7 +213,7 @@ def run_argv(requests: int | None, spans: bool) -> list[str]:
         argv += ["--set", f"workload.requests={requests}"]
         if requests > TRACE_ROWS:
             argv += ["--set", "workload.trace_repeat=true"]
-    return argv
+    return argv + (engine_sets(engine) if engine else [])
 
 
 def _machine() -> dict:
@@ -185,31 +231,36 @@ def _machine() -> dict:
             "python": platform.python_version(), "commit": commit}
 
 
-def measure(sizes: list[int | None], spans_modes: list[bool], repeats: int, log=print) -> list[dict]:
-    """Interleaved rounds of reference + every (size, spans) run; one record per (size, spans), medians."""
-    configs = [("reference", None, None)] + [("run", n, s) for n in sizes for s in spans_modes]
+def measure(sizes: list[int | None], spans_modes: list[bool], repeats: int, log=print,
+            engines: tuple = ()) -> list[dict]:
+    """Interleaved rounds of reference + every (size, spans) run, and each of ``engines`` with its own
+    layout (spans off); one record per configuration, medians (an engine's: its ratio to the plain run too)."""
+    configs = [("reference", None, None, None)] + [("run", n, s, None) for n in sizes for s in spans_modes]
+    configs += [("run", n, False, e) for n in sizes for e in engines]
     walls, peaks, summaries = [], [], {}
     for i, config in enumerate(interleave(configs, repeats)):
-        kind, n, spans = config
+        kind, n, spans, engine = config
         if kind == "reference":
             wall, peak = reference_once(), 0.0
             log(f"  [{i + 1}/{len(configs) * repeats}] reference: {wall:.3f} s")
         else:
-            wall, peak, out = run_child(run_argv(n, spans))
+            wall, peak, out = run_child(run_argv(n, spans, engine))
             summaries[config] = json.loads(out)
-            log(f"  [{i + 1}/{len(configs) * repeats}] {summaries[config]['requests_total']:,} requests, spans "
-                f"{'on' if spans else 'off'}: {wall:.2f} s, {peak:.1f} MiB")
+            log(f"  [{i + 1}/{len(configs) * repeats}] {summaries[config]['requests_total']:,} requests, "
+                f"{engine or 'spans ' + ('on' if spans else 'off')}: {wall:.2f} s, {peak:.1f} MiB")
         walls.append((config, wall))
         peaks.append((config, peak))
     wall_med, peak_med = medians_by_config(walls), medians_by_config(peaks)
     ref_runs = [w for c, w in walls if c[0] == "reference"]
     ref = wall_med[configs[0]]
     meta = _machine()
+    ratios = paired_ratios(walls, configs) if engines else {}
     records = []
     for config in configs[1:]:
-        _, n, spans = config
+        _, n, spans, engine = config
         s = summaries[config]
-        records.append({
+        extra = {"engine": engine, "vs_plain": round(ratios.get(config, 1.0), 3)} if engines else {}
+        records.append({**extra,
             "benchmark": "llm_trace", "scenario": str(SCENARIO), **meta,
             "requests": s["requests_total"], "record_spans": spans, "repeats": repeats,
             "wall_s": round(wall_med[config], 3),
@@ -231,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int, default=None, help="series: stop after this many requests")
     ap.add_argument("--min-requests", type=int, default=None, help="series: start at this many requests")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the median is reported (default 3)")
+    ap.add_argument("--engines", action="store_true",
+                    help=f"also run each engine profile with its own layout ({', '.join(ENGINES)}), spans off")
     ap.add_argument("--record", action="store_true",
                     help=f"also append the records to the tracked {TRACKED} (to commit a measurement)")
     args = ap.parse_args(argv)
@@ -244,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                      "--min-requests and --max-requests")
         spans_modes = [False]
     else:
-        sizes, spans_modes = [None], [False, True]
+        sizes, spans_modes = [None], [False] if args.engines else [False, True]
     print(f"lastmile run {SCENARIO} (whole process), {args.repeats} interleaved round(s):", flush=True)
-    records = measure(sizes, spans_modes, args.repeats, log=lambda m: print(m, flush=True))
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    records = (measure(sizes, spans_modes, args.repeats, log=log, engines=ENGINES) if args.engines
+               else measure(sizes, spans_modes, args.repeats, log=log))
     print()
     print(format_table(records))
     for path in write_records(records, record=args.record):

@@ -97,3 +97,18 @@ def test_main_with_a_fake_measurement_prints_the_table_and_writes_under_runs(ben
     assert not (tmp_path / "benchmarks" / "results.jsonl").exists()
     bench.main(["--series", "--max-requests", "100000", "--repeats", "1"])
     assert calls[-1] == ([1_000, 10_000, 100_000], [False], 1)
+
+
+def test_engine_ratios_pair_each_profile_with_the_plain_run_of_its_round(bench):
+    configs = [("reference", None, None, None), ("run", 10, False, None), ("run", 10, False, "sglang")]
+    walls = [(configs[0], 1.0), (configs[1], 2.0), (configs[2], 3.0),   # round 1: 1.5x
+             (configs[0], 1.0), (configs[1], 4.0), (configs[2], 4.4),   # round 2: 1.1x (a slower round)
+             (configs[0], 1.0), (configs[1], 2.0), (configs[2], 2.6)]   # round 3: 1.3x
+    assert bench.paired_ratios(walls, configs) == {configs[2]: pytest.approx(1.3)}
+    argv = bench.engine_sets("vllm-v1")
+    assert argv[:2] == ["--set", "serving.engine=vllm-v1"]
+    assert "serving.overlap=async" in argv and "serving.detokenizer=api_server" in argv
+    assert "serving.chunked_prefill=true" in argv  # YAML's spelling of a boolean
+    table = bench.format_table([{**_record(), "engine": None, "vs_plain": 1.0},
+                                {**_record(wall=9.75), "engine": "vllm-v1", "vs_plain": 1.3}])
+    assert table.splitlines()[-1].split() == ["10,000", "vllm-v1", "9.75", "270.0", "16.25", "1.30"]
