@@ -53,3 +53,46 @@ def test_dependencies_point_one_way():
             if layer_of(dep) > layer_of(own):
                 wrong.append(f"{path.relative_to(PACKAGE)} imports simulator.{dep}")
     assert not wrong, "\n".join(sorted(wrong))
+
+
+LLM = PACKAGE / "pipelines" / "llm"
+RECORDS = {"step", "prev"}
+"""Names of :class:`~simulator.pipelines.llm.engine.Step` records: a launched step's plain record, filled
+in as it runs by the engine and by a closed-form run that made it."""
+
+
+def _functions(tree):
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_function_of_the_llm_pipeline_is_longer_than_a_screen():
+    long = [f"{path.name}:{f.lineno} {f.name} ({f.end_lineno - f.lineno + 1} lines)"
+            for path in sorted(LLM.glob("*.py")) for f in _functions(ast.parse(path.read_text()))
+            if f.end_lineno - f.lineno + 1 > 80]
+    assert not long, "\n".join(long)
+
+
+def _foreign_writes(path: Path) -> list[str]:
+    """Attribute stores in ``path`` on anything but ``self``, a Step record, or an object the same
+    function made of a class the module defines."""
+    tree = ast.parse(path.read_text())
+    own = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    wrong = []
+    for f in _functions(tree):
+        made = {t.id for n in ast.walk(f) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                and isinstance(n.value.func, ast.Name) and n.value.func.id in own
+                for t in n.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(f):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+            for store in (a for t in targets for a in ast.walk(t) if isinstance(a, ast.Attribute) and isinstance(a.ctx, ast.Store)):
+                base = store.value
+                if not (isinstance(base, ast.Name) and base.id in {"self", "cls"} | RECORDS | made):
+                    wrong.append(f"{path.name}:{n.lineno} writes {ast.unparse(store)}")
+    return wrong
+
+
+def test_the_llm_pipeline_writes_no_attribute_of_an_object_it_does_not_own():
+    # each component keeps its own state and offers methods (a run settles a process's totals with
+    # CPUProcess.settle_run, a scheduler takes its step's registrations with take_registrations)
+    wrong = [w for path in sorted(LLM.glob("*.py")) for w in _foreign_writes(path)]
+    assert not wrong, "\n".join(wrong)

@@ -103,7 +103,7 @@ class RequestTable:
     and released once the token ledger has retired them, so a long run holds only the requests in
     flight. Index the columns by request id or id arrays, as plain numpy arrays."""
 
-    def __init__(self, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray):
+    def __init__(self, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray, prefix=None, session=None):
         n = len(prompt)
         self.n = n
         w = self.window = Window(n)
@@ -126,10 +126,15 @@ class RequestTable:
         self.preemptions = w.column(np.int32)
         self.first_R = w.column(float, np.nan)
         self.last_R = w.column(float, np.nan)
-        self.prefix = None   # the requests' PrefixIds, when the workload carries prefix identity
-        self.session = None  # each request's session id, when the workload has sessions
+        self.prefix = prefix    # the requests' PrefixIds, when the workload carries prefix identity
+        self.session = session  # each request's session id, when the workload has sessions
         self.kv_start = self.kv_end = None  # with disaggregation: each request's KV transfer
         w.prepare(CHUNK)
+
+    def track_kv_transfers(self) -> None:
+        """Keep each request's KV transfer's start and end (a disaggregated deployment's)."""
+        self.kv_start = np.full(self.n, np.nan)
+        self.kv_end = np.full(self.n, np.nan)
 
 
 class Engine:
@@ -148,7 +153,7 @@ class Engine:
         self.sched = Scheduler(table, settings, kv_blocks,
                                PrefixCache(prefix, settings.block_size) if prefix is not None else None, offload)
         if offload is not None:
-            offload.wake = self._wake_up
+            offload.wake_with(self._wake_up)
         self.kv_peak = 0
         self.kv_sum = 0.0
         self.proc = replica.proc
@@ -192,12 +197,12 @@ class Engine:
         """Make this a disaggregated prefill replica: its computed prompts go to ``handoff`` (a
         KVHandoff), holding their blocks out of both queues until they are sent."""
         self.handoff = handoff
-        self.sched.holders_known = False
+        self.sched.holders_unknown()
 
     def speculate(self, spec) -> None:
         """Run speculative decoding with ``spec`` (a SpecDecoder): decodes verify its drafts."""
         self.spec = spec
-        self.sched.lookahead = spec.k
+        self.sched.draft(spec.k)
 
     def request_message_cost(self, rid: int) -> float:
         """CPU seconds for this engine's process to receive request ``rid`` from its API server: its
@@ -310,7 +315,7 @@ class Engine:
                     np.array(partial, dtype=np.int64) if partial else _EMPTY,
                     f"step {index} ({len(decode)}d+{new_tokens}p)", used, accepted=accepted)
         if self.sched.to_register:
-            step.register, self.sched.to_register = self.sched.to_register, []
+            step.register = self.sched.take_registrations()
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
         if self.closed_form and (prev is None or prev.g1 is not None):
@@ -576,6 +581,19 @@ class Engine:
         held = self.held_tokens + tokens
         self.held_tokens = 0 if streams else held
         return held if streams else 0
+
+    def use_runs(self, runs) -> None:
+        """Step in closed-form runs where they cover the step (``runs``: a :class:`~.decode_runs.DecodeRuns`)."""
+        self.runs = runs
+
+    def left_in_flight(self, step: Step) -> None:
+        """A closed-form run left ``step`` launched and not processed: the latest launched step."""
+        self._last = step
+
+    def expect(self, requests: int) -> None:
+        """``requests`` were routed here and are on their way (a disaggregated decode replica's: their KV):
+        the router counts them as this replica's from now."""
+        self.outstanding += requests
 
     def settle_held(self, tokens: int) -> None:
         """After a closed-form run (``detok_runs``): the tokens it left held for the separate detokenizer."""

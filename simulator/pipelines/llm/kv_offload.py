@@ -50,8 +50,13 @@ class HostTier:
         self.stored_bytes = 0.0
         self.loaded_bytes = 0.0
         self.loads = 0
-        self.loaded_tokens = 0
+        self.loaded_tokens = 0  # (:meth:`loaded`)
         self.dropped = 0
+
+    def loaded(self, tokens: int) -> None:
+        """A request's KV of ``tokens`` tokens was loaded back to the GPU."""
+        self.loads += 1
+        self.loaded_tokens += tokens
 
     def store(self, key, blocks: int, tokens: int = 0) -> float:
         """Keep ``blocks`` under ``key`` (``tokens``: the KV's tokens, for a swap), evicting the least recently used entries to make room;
@@ -105,7 +110,11 @@ class Offloader:
         self.env, self.fabric, self.tier = env, fabric, tier
         self.write_through = write_through
         self.out_route, self.in_route = out_route, in_route
-        self.wake = None  # the engine's wake-up, set by the engine
+        self.wake = None  # the engine's wake-up (:meth:`wake_with`)
+
+    def wake_with(self, wake) -> None:
+        """Call ``wake()`` once a load is done (the engine's wake-up)."""
+        self.wake = wake
 
     def unit_evicted(self, key: int, blocks: int) -> None:
         """A prefix unit was computed (write-through) or left the GPU cache (write-back): keep it

@@ -36,15 +36,14 @@ class KVHandoff:
         self.layers = layers
         self.link = link
         self.layerwise = layerwise
-        table.kv_start = np.full(table.n, np.nan)
-        table.kv_end = np.full(table.n, np.nan)
+        table.track_kv_transfers()
         self.bytes_sent = 0.0
 
     def send(self, src, rids: np.ndarray, step) -> None:
         """Start the transfers of ``rids``, whose prompts ``src`` computed in ``step``."""
         for rid in rids.tolist():
             k = self.router.pick(self.decode, rid)
-            self.decode[k].outstanding += 1  # routed now: the router sees it while its KV is on the way
+            self.decode[k].expect(1)  # routed now: the router sees it while its KV is on the way
             self.env.process(self._transfer(src, rid, self.decode[k], step.g1 - step.g0))
 
     def transfer_bytes(self, rid: int, overlap: float, rate: float) -> float:

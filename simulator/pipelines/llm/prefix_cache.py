@@ -59,6 +59,11 @@ class PrefixCache:
         self.saved_tokens = 0
         self.evicted_units = 0
 
+    def notify(self, on_evict=None, on_register=None) -> None:
+        """Call ``on_evict(id, blocks)`` for each unit evicted and ``on_register(id, blocks)`` for each that
+        joins the cache (a host tier's copies)."""
+        self.on_evict, self.on_register = on_evict, on_register
+
     def unit_tokens(self, rid: int, i: int, prompt: int) -> int:
         """Tokens of request ``rid``'s unit ``i`` (the last unit may be partial)."""
         unit = self.prefix.unit

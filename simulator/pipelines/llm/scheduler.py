@@ -118,9 +118,7 @@ class Scheduler:
         self.loading: set[int] = set()
         self.to_register: list[tuple[int, int]] = []  # with prefix_cache_insert after_step: this step's units
         if offload is not None and cache is not None:
-            cache.on_evict = offload.unit_evicted
-            if offload.write_through:
-                cache.on_register = offload.unit_evicted
+            cache.notify(on_evict=offload.unit_evicted, on_register=offload.unit_evicted if offload.write_through else None)
         # With speculative decoding, a decode carries ``lookahead`` draft tokens besides its own:
         # it takes 1 + lookahead tokens of the budget and KV blocks for them (vLLM V1's scheduler
         # schedules ``1 + len(spec_token_ids)`` tokens per running request and allocates slots for
@@ -129,6 +127,20 @@ class Scheduler:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self._run_arr: np.ndarray | None = None
+
+    def holders_unknown(self) -> None:
+        """Requests may hold blocks in neither queue (a disaggregated prefill replica's, waiting to be
+        sent): only the pool's own count is checked."""
+        self.holders_known = False
+
+    def draft(self, lookahead: int) -> None:
+        """Each decode carries ``lookahead`` draft tokens (speculative decoding)."""
+        self.lookahead = lookahead
+
+    def take_registrations(self) -> list:
+        """This step's prefix units to register once it is processed; the list starts anew."""
+        got, self.to_register = self.to_register, []
+        return got
 
     @property
     def kv_total(self) -> int:
@@ -323,8 +335,7 @@ class Scheduler:
             # at least one token is left to compute (its logits give the next token)
             self.loading.discard(rid)
             self.table.computed[rid] = min(tokens, int(self.table.target[rid]) - 1)
-            self.offload.tier.loads += 1
-            self.offload.tier.loaded_tokens += tokens
+            self.offload.tier.loaded(tokens)
             self.waiting.appendleft(rid)
 
         self.offload.load(rid, nbytes, loaded)

@@ -232,8 +232,7 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
         topo = Topology.from_hardware(env, hw, sum(q.replicas * q.gpus_per_replica for q in plans), recorder)
     if pool is None:
         pool = CorePool(hw.cpu_cores, now=lambda: env.now)
-    table = RequestTable(specs.arrival, specs.prompt, specs.output)
-    table.prefix, table.session = specs.prefix, specs.session
+    table = RequestTable(specs.arrival, specs.prompt, specs.output, specs.prefix, specs.session)
     # a disaggregated request's rows lie on two replicas far apart in steps: keep every row
     keep_rows = scenario.disaggregation is not None
     # steps are read at the end only by the trace and by a walk over kept rows; otherwise the
@@ -292,7 +291,7 @@ def _attach_runs(frontend: Frontend, sv, open_loop: bool, horizon: float | None)
         if blockers:
             stepped.setdefault(tuple(blockers), []).append(i)
         else:
-            engine.runs = DecodeRuns(engine, frontend, horizon)
+            engine.use_runs(DecodeRuns(engine, frontend, horizon))
     for blockers, ids in stepped.items():
         who = (f"replica {ids[0]} steps" if len(ids) == 1 else f"all {len(ids)} replicas step"
                if len(ids) == len(engines) else f"replicas {', '.join(map(str, ids))} step")
