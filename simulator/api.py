@@ -22,7 +22,7 @@ def _source_name(scenario) -> str:
 
 def _named(exc: ConfigError, scenario) -> ConfigError:
     """The same error, naming the scenario's source where it names no file of its own."""
-    return ConfigError(exc.message, file=exc.file or _source_name(scenario), path=exc.path)
+    return exc.moved(file=exc.file or _source_name(scenario), path=exc.path)
 
 
 def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None):

@@ -6,11 +6,18 @@ from __future__ import annotations
 class LastmileError(Exception):
     """An error in the user's input; the CLI prints it on one line and exits 2."""
 
-    def __init__(self, message: str, *, file: str | None = None, path: str | None = None):
+    def __init__(self, message: str, *, file: str | None = None, path: str | None = None, fix: str | None = None):
         self.file = file
         self.path = path
-        self.message = message
+        self.problem = message  # what is wrong; ``fix``: what to do about it, where one thing fits every caller
+        self.fix = fix
+        self.message = f"{message}; {fix}" if fix else message
         super().__init__(self.__str__())
+
+    def moved(self, *, file: str | None = None, path: str | None = None):
+        """The same error (its problem and fix) at another file or key path: where a caller that read
+        the input from elsewhere names it."""
+        return type(self)(self.problem, file=file, path=path, fix=self.fix)
 
     def __str__(self) -> str:
         where = ": ".join(_clip(p, MAX_WHERE) for p in (self.file, self.path) if p)

@@ -233,6 +233,16 @@ def test_bad_llm_stages_are_one_line_errors(stage, res, path, words):
     assert err.value.path == path and words in err.value.message and "\n" not in str(err.value)
 
 
+def test_a_stage_too_long_for_the_context_is_told_to_shorten_its_calls():
+    # a stage's calls have no distribution to cap and no prompts to cut: the fix a workload gets
+    # (set max, truncate_prompt) is not offered, only the one that applies
+    with pytest.raises(ConfigError) as err:
+        scenario({"g": {"resource": "llm", "prompt_tokens": 8000, "output_tokens": 500}},
+                 resources={"llm": {"kind": "llm", "model": "llama-3-8b"}})
+    assert err.value.message.endswith("; lower them") and "over_context" not in err.value.message
+    assert err.value.fix == "lower them" and "8,000" in err.value.problem
+
+
 @pytest.mark.parametrize("name", ["rag", "agent", "image"])
 def test_the_built_in_examples_run(name):
     from pathlib import Path

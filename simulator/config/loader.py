@@ -438,7 +438,7 @@ def load_scenario(source: str | Path | Mapping | None = None, overrides: Mapping
     except ConfigError as exc:
         if resolver is not None:
             exc = _in_profile(exc, resolver.origins)
-        raise ConfigError(exc.message, file=exc.file or name, path=exc.path) from None
+        raise exc.moved(file=exc.file or name, path=exc.path) from None
     return scenario
 
 

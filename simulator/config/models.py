@@ -879,6 +879,6 @@ class LLMScenario(ScenarioBase):
             history = f" (a session's last turn: {w.sessions.turns} messages and outputs)" if w.sessions else ""
             raise ConfigError(f"prompts of up to {prompt:,}{history} and outputs of up to {output:,} tokens exceed "
                               f"{self.model.name}'s {ctx:,}-token context (a lognormal without max reaches "
-                              f"median x exp({LOGNORMAL_TAIL_SIGMAS} sigma)); lower them, set max, or set "
-                              "workload.over_context: truncate_prompt", path="workload.prompt_tokens")
+                              f"median x exp({LOGNORMAL_TAIL_SIGMAS} sigma))", path="workload.prompt_tokens",
+                              fix="lower them, set max, or set workload.over_context: truncate_prompt")
         return self

@@ -334,10 +334,10 @@ class PipelineScenario(ScenarioBase):
                 path = exc.path or ""
                 if path.startswith("workload."):  # the longest call of a stage on this resource
                     which = next(n for n, s in self.stages.items() if s.resource == rname)
-                    raise ConfigError(exc.message.replace("lower them, set max, or set workload.over_context: "
-                                                          "truncate_prompt", "lower them"),
+                    # a stage's calls have no length distribution to cap nor prompts to cut: the one fix is shorter calls
+                    raise ConfigError(exc.problem, fix="lower them" if exc.fix else None,
                                       path=f"stages.{which}.{path.removeprefix('workload.')}") from None
-                raise ConfigError(exc.message, path=f"resources.{rname}" + (f".{path}" if path else "")) from None
+                raise exc.moved(path=f"resources.{rname}" + (f".{path}" if path else "")) from None
             res._scenario = sc
 
 
@@ -357,6 +357,5 @@ class PipelineScenario(ScenarioBase):
             try:
                 sc = load_scenario(raw)
             except ConfigError as exc:
-                raise ConfigError(exc.message, path=f"resources.{rname}" + (f".{exc.path}" if exc.path else "")) \
-                    from None
+                raise exc.moved(path=f"resources.{rname}" + (f".{exc.path}" if exc.path else "")) from None
             res._scenario = sc

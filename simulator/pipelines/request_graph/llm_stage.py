@@ -132,7 +132,7 @@ class LLMDeployment:
             key = exc.key if exc.key == "stages" else f"resources.{name}.{exc.key}"
             raise ConfigError(exc.message, path=key) from None
         except ConfigError as exc:
-            raise ConfigError(exc.message, path=f"resources.{name}.{exc.path}" if exc.path else None) from None
+            raise exc.moved(path=f"resources.{name}.{exc.path}" if exc.path else None) from None
         self.recorder = SpanRecorder(enabled=run.recorder.enabled)
         self.system = build_serving(run.env, sc, specs, plans, self.recorder)
         self.system.finish_callbacks.append(self._finished)

@@ -156,8 +156,7 @@ def check(sc: PipelineScenario) -> None:
             try:
                 check_parallel(res.scenario)
             except ConfigError as exc:
-                raise ConfigError(exc.message, path=f"resources.{name}.{exc.path}" if exc.path else
-                                  f"resources.{name}") from None
+                raise exc.moved(path=f"resources.{name}.{exc.path}" if exc.path else f"resources.{name}") from None
 
 
 def simulate(sc: PipelineScenario) -> Result:
