@@ -159,8 +159,8 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
     assert b.summary["breakdown_share"]["detokenize"] > 0
 
 
-def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
-    # two steps' outputs pending at once (the second sent while the first is still on its way)
+def _sender():
+    """An engine's delivery queues alone (Engine.deliver and its pending queues), on a SimPy environment."""
     import simpy
     from collections import deque
     from simulator.pipelines.llm.engine import Engine
@@ -169,8 +169,14 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
         deliver, deliver_pending, deliver_handoffs = Engine.deliver, Engine.deliver_pending, Engine.deliver_handoffs
         _deliver_due = staticmethod(Engine._deliver_due)
 
-    sender, log = Sender(), []
+    sender = Sender()
     sender.env, sender.outputs_pending, sender.handoffs_pending = simpy.Environment(), deque(), deque()
+    return sender
+
+
+def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
+    # two steps' outputs pending at once (the second sent while the first is still on its way)
+    sender, log = _sender(), []
 
     def steps(env):
         sender.deliver(2.0, lambda now: log.append(("first", now, env.now)))
@@ -189,16 +195,7 @@ def test_outputs_on_their_way_are_delivered_each_once_in_order_at_their_times():
 def test_pending_deliveries_made_early_keep_their_times_and_order():
     # a run that starts delivers what is on its way first: the entries to the detokenizer (which send
     # outputs on), then the outputs, each at the time it was due; their timeouts then find nothing
-    import simpy
-    from collections import deque
-    from simulator.pipelines.llm.engine import Engine
-
-    class Sender:
-        deliver, deliver_pending, deliver_handoffs = Engine.deliver, Engine.deliver_pending, Engine.deliver_handoffs
-        _deliver_due = staticmethod(Engine._deliver_due)
-
-    sender, log = Sender(), []
-    sender.env, sender.outputs_pending, sender.handoffs_pending = simpy.Environment(), deque(), deque()
+    sender, log = _sender(), []
 
     def on_entries(now):
         log.append(("entries", now))

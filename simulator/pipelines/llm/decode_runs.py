@@ -260,13 +260,12 @@ class Run:
     def play(self, now: float) -> float | None:
         """Walk the run's time chain step by step until a step the closed form does not cover, then
         record the steps played (a row of ``ROW`` each); returns when the engine's loop resumes (None:
-        no step played). A decode-only step runs inline, on locals; the rest is in the helpers."""
+        no step played). The step's own work runs inline, on locals; the rest is in the helpers."""
         eng, sched, horizon = self.o.e, self.o.e.sched, self.o.horizon
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
-        srv0, single, waiting, shapes = clocks.srv[0], clocks.single, sched.waiting, self.o.shapes
-        budget, bs, cnt = eng.sv.max_batched_tokens, eng.sv.block_size, self.cnt
-        ending, S, nd, ipc, shared, in_api = self.ending, self.S, self.nd, self.ipc, self.shared, self.in_api
+        srv0, single = clocks.srv[0], clocks.single
+        ending, S, nd, shared, in_api = self.ending, self.S, self.nd, self.shared, self.in_api
         sep = self.sep
         apart = in_api or sep  # the outputs reach the API server after the engine's loop went on
         rows, k, special, every = [], 0, intake.mode is not None or in_api or sep, self.every
@@ -274,16 +273,10 @@ class Run:
             a0 = now
             if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
                 free = intake.join(a0, free)
-            if nd and self.partial < 0 and not waiting and nd <= budget and cnt[k % bs] <= kv_free:
-                # decodes only (``_schedule``'s first case, inline): ``cost.step(ctx, nd).compute`` to the last bit
-                plan, free_kv, new_tokens, nchunks, sampled, ctx = None, kv_free - cnt[k % bs], 0, 0, nd, float(S) + nd
-                fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
-                compute = decode_time(ctx, nd)
-            else:
-                got = self._schedule(k, nd, S, kv_free, decode_time)
-                if got is None:
-                    break
-                plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
+            got = self._schedule(k, nd, S, kv_free, decode_time)
+            if got is None:
+                break
+            plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
             chunks = sampled
             if every > 1:  # only the requests that stream this step have outputs built and streamed
@@ -413,15 +406,22 @@ class Run:
         if nd + (partial >= 0) > budget or alloc > kv_free:
             return None
         free_kv, ctx = kv_free - alloc, float(S) + nd
-        if partial < 0 and not self.waiting:  # decodes only: ``cost.step(ctx, nd).compute`` to the last bit
+        if partial < 0 and not self.waiting:  # decodes only
             if not nd:
                 return None  # nothing runs: the engine waits
-            fixed = self.shapes.get(nd) or self.shapes.setdefault(nd, self.shape(nd, nd))
-            return None, free_kv, 0, 0, nd, decode_time(ctx, nd), fixed, ctx
+            return self._decodes(nd, S, free_kv, decode_time)
         plan = self._mixed(k, nd, ctx, free_kv, budget)
         if plan is None:
             return None
         return (plan, *plan.step, ctx)
+
+    def _decodes(self, nd: int, S: int, free_kv: int, decode_time) -> tuple:
+        """A step of the run's ``nd`` decodes alone (``S`` computed tokens; ``free_kv`` blocks free once
+        their new ones are taken), as :meth:`_schedule` returns a step: its compute is
+        ``cost.step(ctx, nd).compute`` to the last bit."""
+        ctx = float(S) + nd
+        fixed = self.shapes.get(nd) or self.shapes.setdefault(nd, self.shape(nd, nd))
+        return None, free_kv, 0, 0, nd, decode_time(ctx, nd), fixed, ctx
 
     def computed_through(self, k: int) -> np.ndarray:
         """Each slot's last step of the run's ``k`` that computed a token for it (its last token's)."""

@@ -125,7 +125,6 @@ class LaggedRun(Run):
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
         parts, later, every, sep = self.parts, self.later, self.every, self.sep
-        waiting, shapes, cnt, budget, bs = sched.waiting, self.o.shapes, self.cnt, eng.sv.max_batched_tokens, eng.sv.block_size
         apart = in_api or later or sep  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
@@ -135,16 +134,10 @@ class LaggedRun(Run):
             a0 = now
             if intake.next_route <= a0 or intake.joining:  # tokenized (and received) by now: they join the queue
                 free = intake.join(a0, free)
-            if nd and self.partial < 0 and not waiting and nd <= budget and cnt[k % bs] <= kv_free:
-                # decodes only (``_schedule``'s first case, inline, as the sync run has it)
-                plan, free_kv, new_tokens, nchunks, sampled, ctx = None, kv_free - cnt[k % bs], 0, 0, nd, float(S) + nd
-                fixed = shapes.get(nd) or shapes.setdefault(nd, self.shape(nd, nd))
-                compute = decode_time(ctx, nd)
-            else:
-                got = self._schedule(k, nd, S, kv_free, decode_time)
-                if got is None:
-                    break
-                plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
+            got = self._schedule(k, nd, S, kv_free, decode_time)
+            if got is None:
+                break
+            plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs = fixed[:4]
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = a0 + (d1 - a0)
