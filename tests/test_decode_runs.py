@@ -167,7 +167,7 @@ def _sender():
 
     class Sender:
         deliver, deliver_pending, deliver_handoffs = Engine.deliver, Engine.deliver_pending, Engine.deliver_handoffs
-        _deliver_due = staticmethod(Engine._deliver_due)
+        _deliver_due, _drain = staticmethod(Engine._deliver_due), staticmethod(Engine._drain)
 
     sender = Sender()
     sender.env, sender.outputs_pending, sender.handoffs_pending = simpy.Environment(), deque(), deque()

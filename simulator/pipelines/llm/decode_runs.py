@@ -383,17 +383,28 @@ class Run:
             if not d1 < self.o.horizon:
                 return None
             ready = self.intake.before_outputs(d1, launched)
-        if self.sep:  # handed over at the step's done event (its copy's end, or later)
-            i, ds, det, e, sent, after = self.detok.hand(d1 if d1 > t_done else t_done, ready, chunks, tokens, out, msg)
-            return ds, e, sent, e, t_done, after, i, det
-        s2 = d1 if d1 > ready else ready
+        # a separate detokenizer's entries are handed over at the step's done event (its copy's end, or later)
+        at = t_done if self.sep and t_done > d1 else d1
+        return self._outputs(at, ready, t_done, t_done, chunks, tokens, det, out, msg)
+
+    def _outputs(self, at: float, ready: float, woke: float, i: float, chunks: int, tokens: int, det: float,
+                 out: float, msg: float) -> tuple:
+        """A step's outputs on the engine's clock (free from ``ready``), its ids there at ``at``, the loop
+        awake at ``woke`` (``i``: when the ids are where they are detokenized, unless a message carries
+        them): the engine detokenizes and sends them, sends the ids on to the API server, or hands the
+        streaming entries to a separate detokenizer. Returns (detokenization start, outputs made, sent,
+        send start, when the loop resumes, the clock after, at the process that detokenizes, the
+        detokenization's seconds); the sync and the lagged runs' one rule."""
+        s2 = at if at > ready else ready
         if self.in_api:  # the engine sends the ids on (a message that costs nothing is none) and goes on
-            if msg > 0:
-                return s2, t_done, s2 + msg, s2, t_done, s2 + msg, t_done, det
-            return s2, t_done, d1, s2, t_done, ready, t_done, det
+            sent = s2 + msg if msg > 0 else at
+            return s2, woke, sent, s2, woke, sent if msg > 0 else ready, i, det
+        if self.sep:  # the engine hands the streaming entries to the detokenizer and goes on
+            i, s2, det, e, sent, after = self.detok.hand(at, ready, chunks, tokens, out, msg)
+            return s2, e, sent, e, woke, after, i, det
         e = s2 + det + out  # detokenized at s2 + det (as the engine books its two tasks)
         sent = e + msg if msg > 0 else e  # the outputs' message to the API servers
-        return s2, e, sent, e, t_done + (sent - t_done) if sent > t_done else t_done, sent, t_done, det
+        return s2, e, sent, e, woke + (sent - woke) if sent > woke else woke, sent, i, det
 
     def _schedule(self, k: int, nd: int, S: int, kv_free: int, decode_time):
         """Step ``k`` as vLLM V1's scheduler would make it of the run's state (``nd`` decodes with ``S``

@@ -61,9 +61,10 @@ class DetokClock:
             ms = built if built > ready else ready
             handed = ready = ms + m
         base = handed if handed > self.free else self.free
-        ds = i = base + m if m > 0 else base
-        if not m > 0:
-            i = handed
+        if m > 0:  # received, then detokenized
+            i = ds = base + m
+        else:  # no receipt booked: the entries are there once sent, detokenized once the clock is free
+            i, ds = handed, base
         det = self.decodes.get(held)
         if det is None:
             det = self.decodes[held] = detokenize_cost(self.eng.cpu, held)

@@ -562,17 +562,18 @@ class Engine:
         """Every step's entries on their way to a separate detokenizer arrive now, in order, each at the
         time it was due: the detokenizer's process is this engine's alone, so nothing else books there
         meanwhile (what it sends on is pending in ``outputs_pending``)."""
-        pending = self.handoffs_pending
-        while pending:
-            at, action = pending.popleft()
-            action(at)
+        self._drain(self.handoffs_pending)
 
     def deliver_pending(self) -> None:
         """Every pending step's outputs reach the API servers now, in order, each at the time it was due."""
         self.deliver_handoffs()
-        pending = self.outputs_pending
-        while pending:
-            at, action = pending.popleft()
+        self._drain(self.outputs_pending)
+
+    @staticmethod
+    def _drain(queue: deque) -> None:
+        """Every item of ``queue`` arrives now, in order, each at the time it was due."""
+        while queue:
+            at, action = queue.popleft()
             action(at)
 
     def hold_tokens(self, tokens: int, streams: bool) -> int:

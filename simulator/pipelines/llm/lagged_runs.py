@@ -100,23 +100,6 @@ class LaggedRun(Run):
                                         fe.receive_costs(counts).get(0, 0.0) if self.ipc else 0.0)
         return got
 
-    def _outputs(self, at: float, ready: float, woke: float, pd1: float, chunks: int, tokens: int, det: float,
-                 out: float, msg: float) -> tuple:
-        """Step k-1's outputs on the engine's clock (free from ``ready``), its ids there at ``at``: the engine
-        detokenizes and sends them, sends the ids on to the API server, or hands the streaming entries to
-        a separate detokenizer. Returns (detokenization start, outputs made, sent, send start, when the
-        loop resumes, the clock after, at the process that detokenizes, the detokenization's seconds)."""
-        s2 = at if at > ready else ready
-        if self.in_api:  # the engine sends the ids on and goes on
-            sent = s2 + msg if msg > 0 else at
-            return s2, woke, sent, s2, woke, sent if msg > 0 else ready, pd1, det
-        if self.sep:  # the engine hands the streaming entries to the detokenizer and goes on
-            i, s2, det, e, sent, after = self.detok.hand(at, ready, chunks, tokens, out, msg)
-            return s2, e, sent, e, woke, after, i, det
-        e = s2 + det + out
-        sent = e + msg if msg > 0 else e
-        return s2, e, sent, e, woke + (sent - woke) if sent > woke else woke, sent, pd1, det
-
     def play(self, now: float):
         """Walk the loop's iterations (launch step k, then process step k-1) until one the closed form
         does not cover; returns (when the loop resumes, the step left in flight), or None."""

@@ -33,18 +33,17 @@ def record_spans(run, k: int, first_step: int, times, counts, hands=None) -> Non
     add(proc, "schedule+launch", start, launched, sl > 0)
     # who detokenizes and builds the outputs (and sends them on, where they cross as a message)
     detok_track = fe.servers[0].track if run.in_api else eng.detok_proc.track if run.sep else proc
-    if run.sep:  # the engine's entries and their message; the detokenizer receives them
+    if run.sep:  # the engine's entries and their message; the detokenizer receives them, and sends on
         hs, built, ms, handed, base, ent, m = hands.T
         add(proc, "output", hs, built, ent > 0)
         add(proc, "send outputs", ms, handed, m > 0)
         add(detok_track, "detokenizer receive", base, base + m, (chunks > 0) & (m > 0))
+        add(detok_track, "send outputs", ss, sent, (chunks > 0) & (sent > ss))
+    elif run.ipc:
+        add(proc, "send outputs", ss, sent, emits & (sent > ss))
     add(detok_track, "detokenize", s2, s2 + det, emits & (det > 0))
     add(detok_track, "output", s2 + det, e, emits & (out > 0))
-    if run.sep:
-        add(detok_track, "send outputs", ss, sent, (chunks > 0) & (sent > ss))
     if run.ipc:
-        if not run.sep:
-            add(proc, "send outputs", ss, sent, emits & (sent > ss))
         add(proc, "receive request", *_pairs(run.intake.recv_spans))
     clocks, pc = run.clocks, fe.cpu.stream_per_chunk
     if len(fe.servers) == 1:
