@@ -159,6 +159,26 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
     assert b.summary["breakdown_share"]["detokenize"] > 0
 
 
+@pytest.mark.parametrize("engine, serving", [("vllm-v1", SYNC_IN_ENGINE), ("reference", {"detokenizer": "api_server"}),
+                                            ("vllm-v1", {}), ("vllm-0.6", {}), ("reference", {"overlap": "async"}),
+                                            ("trtllm", {"gpu_memory_utilization": 0.25})])
+@pytest.mark.parametrize("spans", [False, True])
+def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_parts(engine, serving, spans, coalesced):
+    # each API server that holds some of a step's outputs receives its part as a message (one per
+    # server: the engine's sending grows with the servers it touches), detokenizes and builds it where
+    # it detokenizes, then streams; its tokens' milestones are its own, not the step's; in a sync loop
+    # and with a step of lag (each engine profile's own layout: vLLM V1 and TensorRT-LLM detokenize in
+    # the API servers with async scheduling, vLLM 0.6 processes outputs a step late)
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, "api_servers": 3, **serving})
+    a, b = both(raw, record_spans=spans)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    if spans:
+        assert list(a.spans["track"]) == list(b.spans["track"]) and list(a.spans["name"]) == list(b.spans["name"])
+        assert np.abs(a.spans["start"].to_numpy() - b.spans["start"].to_numpy()).max() <= 1e-9
+        assert {"cpu:api_server1", "cpu:api_server2"} <= set(b.spans["track"])
+
+
 def _sender():
     """An engine's delivery queues alone (Engine.deliver and its pending queues), on a SimPy environment."""
     import simpy
@@ -295,10 +315,7 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
                                     {"serving.stream_interval": 4, "serving.api_servers": 2},
                                     {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
-                                    {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}},
-                                    # messages to several API servers
-                                    {"serving.engine": "vllm-v1", "serving.api_servers": 2,
-                                     **{f"serving.{k}": v for k, v in SYNC_IN_ENGINE.items()}}])
+                                    {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
     assert load_scenario(trace_scenario("splitwise_conv.csv", 10)).coalesce_decode  # on by default
     simulator.run(trace_scenario("splitwise_conv.csv", 150), change)
@@ -335,7 +352,7 @@ def covered_set_ups(draw):
     counts drawn too."""
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
-    ipc = draw(st.booleans())  # requests and outputs cross between processes as messages (one API server)
+    ipc = draw(st.booleans())  # requests and outputs cross between processes as messages
     detokenizer = draw(st.sampled_from(["engine", "api_server", "separate"]))  # where the sampled ids are detokenized
     # the API server's own process or the engine's (one clock; it detokenizes in the engine there)
     process = "own" if detokenizer != "engine" else draw(st.sampled_from(["own", "engine"]))
@@ -345,7 +362,8 @@ def covered_set_ups(draw):
                "api_server_process": process, "detokenizer": detokenizer, "overlap": overlap,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if ipc or process == "engine" or detokenizer != "engine" or overlap != "sync"
+               # several API servers, with messages or detokenizing, but for a separate detokenizer's
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if process == "engine" or detokenizer == "separate"
                else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
@@ -375,11 +393,9 @@ def covered_set_ups(draw):
                          "output_tokens": {"dist": "uniform", "low": 1, "high": 300}}}
 
 
-@hsettings(max_examples=12, deadline=None, print_blob=True, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(raw=covered_set_ups())
-def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
-    # runs admit requests (whole prompts, chunks, the budget's last tokens), end where the cache
-    # runs out (a small pool preempts) and take preempted requests back as they are re-admitted
+def _check_drawn(raw: dict, coalesced) -> None:
+    """A drawn set-up stepped one by one and in runs: the same results (and spans, where recorded),
+    some steps in runs."""
     before = coalesced[0]
     a, b = both(raw, record_spans=raw["record_spans"])
     assert_same(a, b)
@@ -388,3 +404,24 @@ def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
         assert list(sa["track"]) == list(sb["track"]) and list(sa["name"]) == list(sb["name"])
         assert np.abs(sa["start"].to_numpy() - sb["start"].to_numpy()).max(initial=0.0) <= 1e-9
     assert coalesced[0] > before
+
+
+@hsettings(max_examples=12, deadline=None, print_blob=True, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=covered_set_ups())
+def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
+    # runs admit requests (whole prompts, chunks, the budget's last tokens), end where the cache
+    # runs out (a small pool preempts) and take preempted requests back as they are re-admitted
+    _check_drawn(raw, coalesced)
+
+
+@hsettings(max_examples=6, deadline=None, print_blob=True, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=covered_set_ups(), servers=st.integers(2, 4))
+def test_runs_reproduce_randomly_drawn_set_ups_with_several_api_servers(raw, servers, coalesced):
+    # the covered set-ups above, each with 2-4 API servers in their own processes (every token streamed,
+    # no separate detokenizer: those keep one server): each server's part of a step's outputs is
+    # received, detokenized and streamed on its own clock, in time order with its tokenizations
+    serving = raw["serving"]
+    if serving["detokenizer"] == "separate" or serving["api_server_process"] == "engine":
+        serving["detokenizer"], serving["api_server_process"] = "api_server", "own"
+    serving["api_servers"], serving["stream_interval"] = servers, 1
+    _check_drawn(raw, coalesced)

@@ -220,11 +220,13 @@ class TokenLedger:
         self.add_run(first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step)
 
     def add_run(self, first_step, times, first, last, first_prefill, prefill_rows, R, row_req, row_step,
-                kind=SENT, tokens=1, x=None) -> None:
+                kind=SENT, tokens=1, marks=None) -> None:
         """A closed-form decode run's rows (as :meth:`fold_run` describes them) taken as any rows are,
         by :meth:`extend`: where some are not streamed chunks (``kind``: each row's, BUFFERED for a token
-        a stream interval holds back; ``tokens``: the tokens each row's chunk carries; ``x``: each row's
-        output at its API server, where it is not its step's), or where every row is kept."""
+        a stream interval holds back; ``tokens``: the tokens each row's chunk carries), where rows of
+        one step have milestones of their own (``marks``: each row's, by name, where they are not its
+        step's: its output at its API server, or, with several API servers, when its server received,
+        detokenized and built it), or where every row is kept."""
         if prefill_rows:
             ps, pr = (np.asarray(c, dtype=np.int64) for c in zip(*prefill_rows))
             g1p = times["g1"][ps]
@@ -233,9 +235,8 @@ class TokenLedger:
         counts = last - first + 1
         prefill = np.zeros(len(R), dtype=np.int8)
         prefill[(np.cumsum(counts) - counts)[first_prefill]] = 1  # a prefill's first token: its request's first row
-        marks = {m: times[m][row_step] for m in ROW_MARKS[:-1]}
-        if x is not None:
-            marks["x"] = x
+        own = marks or {}
+        marks = {m: own[m] if m in own else times[m][row_step] for m in ROW_MARKS[:-1]}
         self.extend(len(R), req=row_req, step=first_step + row_step, prefill=prefill, kind=kind, **marks, R=R,
                     tokens=tokens)
 

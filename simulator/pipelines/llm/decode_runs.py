@@ -5,8 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
 interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
-contention, no speculative decoding, no prefix cache or host KV tier; inter-process messages, a step
-of lag, a stream interval or detokenizing outside the engine only with one API server),
+contention, no speculative decoding, no prefix cache or host KV tier; a stream interval above 1 or a
+separate detokenizer only with one API server; several API servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
 tokenization has ended join the waiting queue (where the API server is another process, each
@@ -48,6 +48,7 @@ from ...hardware.link import booked_copy, copy_seconds
 from ...invariants import require
 from ...observe.attribution import WAIT_COLUMNS, check_ordered, wait_activity
 from .run_records import record_spans, record_tokens
+from .api_runs import ServerOutputs
 from .detok_runs import DetokClock
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
@@ -208,6 +209,7 @@ class Run:
         # or a detokenizer process of its own, between the engine and the API server (SGLang)
         self.sep = eng.sv.detokenizer == "separate"
         self.detok = None
+        self.outs = None  # several API servers that receive their parts as messages or detokenize them
         bs = eng.sv.block_size
         ids = run.tolist()
         n = len(ids) - last_partial
@@ -278,10 +280,13 @@ class Run:
                 break
             plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
             sched_c, sl, nbytes, secs, det, out, dur, msg, recv = fixed
-            chunks = sampled
+            chunks, per = sampled, None
             if every > 1:  # only the requests that stream this step have outputs built and streamed
                 chunks = self._chunks(k, plan)
                 out, dur, msg, recv = self._streamed(chunks, msg, recv)
+            elif self.outs is not None and sampled:  # several API servers: a message to each that holds some
+                per = self._chunks_per_server(plan)
+                msg = self.outs.message(per)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -305,7 +310,7 @@ class Run:
             gpu_free, booked = g1, (d1 if nbytes > 0 else booked)
             if intake.next_t <= (sent if apart else resume):  # the arrivals this step overlaps, in time order
                 intake.tokenize(sent if apart else resume)
-            if in_api and sampled:  # the API server receives the ids, detokenizes them, builds the outputs
+            if in_api and sampled and single:  # the API server receives the ids, detokenizes them, builds the outputs
                 i, s2, e = clocks.detokenize(sent, recv, det, out)
             x = e  # the step's outputs: each API server serializes its requests' chunks at e
             if chunks and single:  # the common case: one API server streams every chunk
@@ -313,6 +318,8 @@ class Run:
                 if recv > 0 and not in_api:  # it receives the outputs' message first
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
+            elif per is not None:  # each receives its part (and detokenizes it), then streams
+                st0 = self.outs.play(k, sent, per, i, s2 + det, e)
             else:
                 st0 = clocks.stream(k, e, chunks, self._chunks_per_server(plan))
             if shared:  # the API server's clock is the engine's
@@ -457,6 +464,8 @@ class Run:
         clocks = self.clocks = _Clocks(eng, self.o.fe)
         if self.sep:
             self.detok = DetokClock(eng)
+        if not clocks.single and (self.ipc or self.in_api or self.lagged):
+            self.outs = ServerOutputs(eng, self.o.fe, clocks, self.in_api)
         intake = self.intake = _Intake(self.o.fe, eng.table, clocks, eng if self.ipc else None)
         return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
 
@@ -772,17 +781,20 @@ class _Clocks:
         self.pc = fe.cpu.stream_per_chunk
         # where the API server is the engine's process, what its tasks add (the engine's are added apart)
         self.shared = fe.sv.shared
-        self.in_api = eng.sv.detokenizer == "api_server"  # the one API server detokenizes
         self.srv = [[sv.free_at, 0.0, 0, 0.0] if self.shared else [sv.free_at, sv.busy, sv.tasks, sv.recorded_busy()]
                     for sv in self.servers]
         n = len(self.srv)
         self.single = n == 1
+        # the one API server detokenizes (several: ``api_runs.ServerOutputs`` plays their work)
+        self.in_api = eng.sv.detokenizer == "api_server" and self.single
+        self.labels = [{} for _ in range(n)]  # per server: seconds by label that ``ServerOutputs`` booked
         self.starts = [[] for _ in range(n)]  # per server after the first: when each step's stream task began
         self.stream_total = [0.0] * n
         self.tok_total = [0.0] * n
         rec = eng.proc.recorder
         self.spans = rec is not None and rec.enabled  # the steps' spans are made from their times at the end
         self.stream_spans = []  # with spans and several API servers: (server, start, end)
+        self.task_spans = []  # with spans and several API servers: (server, label, start, end) of their other tasks
         self.recv_spans = []  # with spans: the one server's receipts of the outputs' messages (start, end)
         self.received = [0.0, 0, 0.0]  # one server's outputs' messages received: busy, tasks, recorded busy
 
@@ -822,26 +834,29 @@ class _Clocks:
                 starts[j].append(0.0)
             return 0.0
         st0 = 0.0
-        for j, state in enumerate(self.srv):
-            c = counts[j]
-            if c:
-                dur = c * self.pc
-                st = e if e > state[0] else state[0]
-                state[0] = st + dur
-                state[1] += dur
-                self.stream_total[j] += dur
-                state[2] += 1
-                if dur > 0:
-                    state[3] += state[0] - st
-                    if self.spans:
-                        self.stream_spans.append((j, st, state[0]))
-            else:
-                st = 0.0
+        for j, c in enumerate(counts):
+            st = self.stream_on(j, e, c) if c else 0.0
             if j:
                 starts[j].append(st)
             else:
                 st0 = st
         return st0
+
+    def stream_on(self, j: int, at: float, chunks: int) -> float:
+        """API server ``j`` streams ``chunks`` chunks queued at ``at`` (its clock's turn, as ``submit``
+        takes it); returns when the stream began."""
+        state = self.srv[j]
+        dur = chunks * self.pc
+        st = at if at > state[0] else state[0]
+        state[0] = st + dur
+        state[1] += dur
+        self.stream_total[j] += dur
+        state[2] += 1
+        if dur > 0:
+            state[3] += state[0] - st
+            if self.spans:
+                self.stream_spans.append((j, st, state[0]))
+        return st
 
     def _detokenized(self, times, emits) -> dict:
         """Where the one API server detokenized: its detokenizations' and output objects' totals over
@@ -886,6 +901,7 @@ class _Clocks:
             labels = {"receive outputs": got[0]} if j == 0 and got[1] else {}
             if j == 0:
                 labels.update(labels0)
+            labels.update(self.labels[j])
             if streamed:
                 labels["stream"] = streamed
             if tokenized or "tokenize" in sv.by_label:

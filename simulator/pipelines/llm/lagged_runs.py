@@ -85,6 +85,15 @@ class LaggedRun(Run):
         chunks = self.scnt[p % N] + sum(1 for j in self.ending.get(p + 1, ()) if phase[j] != p % N)
         return (chunks, *self._streamed(chunks, msg, recv))
 
+    def _live_per_server(self, k: int, plan) -> list:
+        """Per API server, the requests whose step ``k`` made a token that is not dropped: the batch's
+        decodes and the prefills it completes, but those whose last token was the step before's."""
+        per = list(self._chunks_per_server(plan))
+        api = self.api
+        for slot in self.ending.get(k, ()):
+            per[api[slot]] -= 1
+        return per
+
     def _parts(self, tokens: int) -> tuple:
         """The CPU seconds of outputs carrying ``tokens`` tokens: detokenization, output objects (the
         API server's, where it detokenizes), stream, the outputs' message at the engine's end and at
@@ -107,7 +116,8 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
-        parts, later, every, sep = self.parts, self.later, self.every, self.sep
+        parts, later, every, sep, outs = self.parts, self.later, self.every, self.sep, self.outs
+        per = list(self.nd_api) if outs is not None else None  # with several API servers: each one's outputs of the step before
         apart = in_api or later or sep  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
@@ -135,6 +145,8 @@ class LaggedRun(Run):
             det, out, dur, msg, recv = (parts.get(tokens) or self._parts(tokens)) if tokens else NO_PARTS
             chunks, out, dur, msg, recv = (self._streamed_of(k - 1, msg, recv) if every > 1 and tokens
                                            else (tokens, out, dur, msg, recv))  # those of step k-1 that stream
+            if outs is not None and tokens:  # a message to each API server that holds some
+                msg = outs.message(per)
             s2, e, sent, ss, resume, after, i, det = (self._outputs(at, ready, woke, pd1, chunks, tokens, det, out, msg)
                                                       if tokens else (woke, woke, woke, woke, woke, ready, pd1, det))
             if later:  # async output processing: the loop goes on once step k's ids are on the host
@@ -151,7 +163,11 @@ class LaggedRun(Run):
             if intake.next_t <= (sent if apart else resume):  # the arrivals before the outputs reach the API server
                 intake.tokenize(sent if apart else resume)
             x = st0 = 0.0
-            if tokens:
+            if outs is not None:  # several API servers: each receives its part (and detokenizes it), then streams
+                st0 = outs.play(k, sent, per, i, s2 + det, e) if tokens else outs.play(k, sent, (), i, s2, e)
+                x = e
+                per = self._live_per_server(k, plan)
+            elif tokens:
                 if in_api:  # the API server receives the ids, detokenizes them, builds the outputs
                     i, s2, e = clocks.detokenize(sent, recv, det, out)
                 x = e
@@ -222,6 +238,7 @@ class _Shifted:
 
     def __init__(self, run: LaggedRun, k: int):
         self.o, self.rid, self.gen0, self.api, self.c0 = run.o, run.rid, run.gen0, run.api, run.c0
+        self.outs = run.outs
         self.first = [f + 1 for f in run.first]
         self.last = [min(last + 1, MAX_STEPS) for last in run.last]
         self.prefilling, self.admitted, self.finished = run.prefilling, run.admitted, run.finished

@@ -41,8 +41,9 @@ def record_spans(run, k: int, first_step: int, times, counts, hands=None) -> Non
         add(detok_track, "send outputs", ss, sent, (chunks > 0) & (sent > ss))
     elif run.ipc:
         add(proc, "send outputs", ss, sent, emits & (sent > ss))
-    add(detok_track, "detokenize", s2, s2 + det, emits & (det > 0))
-    add(detok_track, "output", s2 + det, e, emits & (out > 0))
+    if not (run.in_api and run.outs is not None):  # (several API servers' own tasks are listed below)
+        add(detok_track, "detokenize", s2, s2 + det, emits & (det > 0))
+        add(detok_track, "output", s2 + det, e, emits & (out > 0))
     if run.ipc:
         add(proc, "receive request", *_pairs(run.intake.recv_spans))
     clocks, pc = run.clocks, fe.cpu.stream_per_chunk
@@ -50,6 +51,8 @@ def record_spans(run, k: int, first_step: int, times, counts, hands=None) -> Non
         add(fe.servers[0].track, "stream", st0, st0 + chunks * pc, (chunks > 0) & (chunks * pc > 0))
     for j, st, en in clocks.stream_spans:
         add(fe.servers[j].track, "stream", [st], [en])
+    for j, name, st, en in clocks.task_spans:
+        add(fe.servers[j].track, name, [st], [en])
     for j, st, en in run.intake.tok_spans:
         add(fe.servers[j].track, "tokenize", [st], [en])
     add(fe.servers[0].track, "receive outputs", *_pairs(clocks.recv_spans))
@@ -125,6 +128,10 @@ def _record_streamed(run, first_step, times, srv_start, rid, first, last, act, c
     t.last_R[rid[has]] = received[row_end - 1]
     starts = row_end - emitted[has]
     t.first_R[rid[has[firsts]]] = received[starts[firsts]]
+    if run.outs is not None:  # several API servers received (and detokenized) their parts apart: each row's own milestones
+        fe.rows.add_run(first_step, times, first[has], last[has], prefilled, run.prefill_rows, received, rid[col],
+                        step_of, marks=run.outs.row_marks(step_of, np.asarray(run.api, dtype=np.int64)[col]))
+        return
     # the ledger folds rows against the requests' first receipts: the rows go after them
     fe.rows.fold_run(first_step, times, rid[has], first[has], last[has], prefilled, run.prefill_rows, received,
                      rid[col], step_of)
@@ -170,7 +177,7 @@ def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, 
     for slot in has[firsts].tolist():  # a first token ever streams at once
         t.first_R[rid[slot]] = first_of[slot]
     fe.rows.add_run(first_step, times, first[has], last[has], prefilled, run.prefill_rows, R, rid[col], step_of,
-                    kind=kind, tokens=tokens, x=x)
+                    kind=kind, tokens=tokens, marks={"x": x})
 
 
 def _record_state(run, k: int, rid, gen0) -> None:

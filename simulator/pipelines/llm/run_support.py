@@ -61,14 +61,12 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
         lambda e, open_loop, n: e.closed_form,
     "CPU processes that do not contend for cores": lambda e, open_loop, n: not e.proc.pool.contended,
     "no load generator on the host's cores (workload.client_cpu)": lambda e, open_loop, n: e.sink.loadgen is None,
-    "inter-process messages (ipc_* costs) only with one API server":
-        lambda e, open_loop, n: not e.cpu.has_ipc or len(e.sink.servers) == 1,
-    "detokenization in the API server (detokenizer: api_server) only in its own process, with one API server":
-        lambda e, open_loop, n: e.sv.detokenizer != "api_server" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
+    "detokenization in the API server (detokenizer: api_server) only in its own process":
+        lambda e, open_loop, n: e.sv.detokenizer != "api_server" or not e.sink.sv.shared,
     "a separate detokenizer process (detokenizer: separate) only with one API server in its own process":
         lambda e, open_loop, n: e.sv.detokenizer != "separate" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
-    "a step of lag (overlap: async or async_output) only with one API server in its own process":
-        lambda e, open_loop, n: e.sv.overlap == "sync" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
+    "a step of lag (overlap: async or async_output) only with the API servers in their own processes":
+        lambda e, open_loop, n: e.sv.overlap == "sync" or not e.sink.sv.shared,
     "no long-prefill token threshold": lambda e, open_loop, n: e.sv.long_prefill_token_threshold == 0,
     "a stream interval above 1 only with one API server in its own process":
         lambda e, open_loop, n: e.sv.stream_interval == 1 or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
