@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from . import progress
 from .config import loader
 from .errors import ConfigError
 from .kinds import KINDS
@@ -48,7 +49,8 @@ def simulate(scenario, last_mile_cost: bool = False) -> Result:
     kind = KINDS[scenario.kind]
     result = kind.simulate(scenario)
     if last_mile_cost and kind.counterfactual is not None:
-        kind.counterfactual(scenario, result, kind.simulate)
+        with progress.no_details():  # (the same deployment again: ``-v`` said what it had to say)
+            kind.counterfactual(scenario, result, kind.simulate)
     result.summary = kind.summary.model_validate(result.summary).model_dump(mode="json", exclude_unset=True)
     return result
 

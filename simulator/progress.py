@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import contextmanager
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 
@@ -44,6 +45,20 @@ def info(text: str) -> None:
     """An informational line on stderr (``wrote ...``); silent under ``-q`` and in library use."""
     if _level is not None and _level >= NORMAL:
         print(text, file=sys.stderr)
+
+
+@contextmanager
+def no_details():
+    """Within the block, ``-v``'s lines are not printed: work that repeats what they said (a second
+    simulation of the same deployment, as the last-mile counterfactual runs)."""
+    global _level
+    before = _level
+    if _level is not None and _level > NORMAL:
+        _level = NORMAL
+    try:
+        yield
+    finally:
+        _level = before
 
 
 def detail(text: str) -> None:

@@ -161,16 +161,18 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
 
 @pytest.mark.parametrize("engine, serving", [("vllm-v1", SYNC_IN_ENGINE), ("reference", {"detokenizer": "api_server"}),
                                             ("vllm-v1", {}), ("vllm-0.6", {}), ("reference", {"overlap": "async"}),
-                                            ("trtllm", {"gpu_memory_utilization": 0.25})])
+                                            ("trtllm", {"gpu_memory_utilization": 0.25}), ("sglang", {}),
+                                            ("sglang", {"overlap": "sync"})])
 @pytest.mark.parametrize("spans", [False, True])
 def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_parts(engine, serving, spans, coalesced):
     # each API server that holds some of a step's outputs receives its part as a message (one per
     # server: the engine's sending grows with the servers it touches), detokenizes and builds it where
     # it detokenizes, then streams; its tokens' milestones are its own, not the step's; in a sync loop
     # and with a step of lag (each engine profile's own layout: vLLM V1 and TensorRT-LLM detokenize in
-    # the API servers with async scheduling, vLLM 0.6 processes outputs a step late)
+    # the API servers with async scheduling, vLLM 0.6 processes outputs a step late, SGLang's
+    # detokenizer process sends each server its part)
     raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, "api_servers": 3, **serving})
-    a, b = both(raw, record_spans=spans)
+    a, b = both(raw, record_spans=spans, max_sim_time="40 s")
     assert coalesced[0] > 0.9 * a.summary["steps"]
     assert_same(a, b)
     if spans:
@@ -309,8 +311,6 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
 
 
 @pytest.mark.parametrize("change", [{"serving.multi_step": 4},
-                                    # a separate detokenizer with several API servers
-                                    {"serving.detokenizer": "separate", "serving.api_servers": 2},
                                     # a stream interval with several API servers
                                     {"serving.stream_interval": 4, "serving.api_servers": 2},
                                     {"parallel.replicas": 2},
@@ -362,8 +362,8 @@ def covered_set_ups(draw):
                "api_server_process": process, "detokenizer": detokenizer, "overlap": overlap,
                "max_batch": draw(st.sampled_from([8, 32, 128])),
                "max_batched_tokens": draw(st.sampled_from([512, 2048, 8192])),
-               # several API servers, with messages or detokenizing, but for a separate detokenizer's
-               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if process == "engine" or detokenizer == "separate"
+               # several API servers (in their own processes), with messages or detokenizing
+               "block_size": draw(st.sampled_from([16, 32])), "api_servers": 1 if process == "engine"
                else draw(st.integers(1, 3)),
                "chunked_prefill": draw(st.booleans()),
                "gpu_memory_utilization": draw(st.sampled_from([0.9, 0.3])),
@@ -417,11 +417,11 @@ def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
 @hsettings(max_examples=6, deadline=None, print_blob=True, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=covered_set_ups(), servers=st.integers(2, 4))
 def test_runs_reproduce_randomly_drawn_set_ups_with_several_api_servers(raw, servers, coalesced):
-    # the covered set-ups above, each with 2-4 API servers in their own processes (every token streamed,
-    # no separate detokenizer: those keep one server): each server's part of a step's outputs is
-    # received, detokenized and streamed on its own clock, in time order with its tokenizations
+    # the covered set-ups above, each with 2-4 API servers in their own processes (every token
+    # streamed): each server's part of a step's outputs is received, detokenized and streamed on its
+    # own clock, in time order with its tokenizations
     serving = raw["serving"]
-    if serving["detokenizer"] == "separate" or serving["api_server_process"] == "engine":
+    if serving["api_server_process"] == "engine":
         serving["detokenizer"], serving["api_server_process"] = "api_server", "own"
     serving["api_servers"], serving["stream_interval"] = servers, 1
     _check_drawn(raw, coalesced)

@@ -63,8 +63,8 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
     "no load generator on the host's cores (workload.client_cpu)": lambda e, open_loop, n: e.sink.loadgen is None,
     "detokenization in the API server (detokenizer: api_server) only in its own process":
         lambda e, open_loop, n: e.sv.detokenizer != "api_server" or not e.sink.sv.shared,
-    "a separate detokenizer process (detokenizer: separate) only with one API server in its own process":
-        lambda e, open_loop, n: e.sv.detokenizer != "separate" or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
+    "a separate detokenizer process (detokenizer: separate) only with the API servers in their own processes":
+        lambda e, open_loop, n: e.sv.detokenizer != "separate" or not e.sink.sv.shared,
     "a step of lag (overlap: async or async_output) only with the API servers in their own processes":
         lambda e, open_loop, n: e.sv.overlap == "sync" or not e.sink.sv.shared,
     "no long-prefill token threshold": lambda e, open_loop, n: e.sv.long_prefill_token_threshold == 0,
