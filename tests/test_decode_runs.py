@@ -181,6 +181,58 @@ def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_par
         assert {"cpu:api_server1", "cpu:api_server2"} <= set(b.spans["track"])
 
 
+def _shared_prefixes(serving: dict, workload: dict | None = None) -> dict:
+    """Prompts sharing system prompts (workload.prefix) behind a prefix cache."""
+    raw = trace_scenario("splitwise_conv.csv", 300, "6/s", serving={"prefix_caching": True, **serving})
+    raw["workload"] = {"requests": 300, "arrival": "poisson", "rate": "6/s",
+                       "prompt_tokens": {"dist": "uniform", "low": 100, "high": 800},
+                       "output_tokens": {"dist": "uniform", "low": 1, "high": 200},
+                       "prefix": {"shared_tokens": 512, "groups": 4}, **(workload or {})}
+    return raw
+
+
+@pytest.mark.parametrize("serving, workload, extra", [
+    ({"engine": "reference"}, None, {}),
+    ({"engine": "vllm-v1"}, None, {}),  # async scheduling, the API server detokenizing
+    # a small pool: idle cached prefixes evicted to make room, least recently used first
+    ({"engine": "reference", "gpu_memory_utilization": 0.25, "block_size": 32}, {"prefix": {"shared_tokens": 512,
+                                                                                          "groups": 8, "block_tokens": 64}}, {}),
+    # multi-turn sessions (each turn's prompt extends the last), two API servers, the horizon cutting a run
+    ({"engine": "vllm-v1", "api_servers": 2}, {"sessions": {"turns": 4, "think_time": 5}}, {"max_sim_time": "40 s"}),
+    ({"engine": "reference"}, {"sessions": {"turns": 4, "think_time": 5}, "prefix": {"shared_tokens": 256, "groups": 2}}, {})])
+def test_runs_reproduce_a_prefix_cache(serving, workload, extra, coalesced):
+    # a run looks each admitted request's cached prefix up (Scheduler.lacks), takes its blocks as the
+    # scheduler does (evicting idle units where the free ones fall short), caches the units its KV
+    # covers as their blocks are allocated, and gives a leaving request's units back to the cache in
+    # the scheduler's order: the same hits, evictions and times as stepping one event at a time
+    a, b = both(_shared_prefixes(serving, workload), **extra)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["prefix_cache"]["hit_rate"] > 0.4
+
+
+@pytest.mark.parametrize("serving, prefix", [
+    # SGLang caches a step's units once the step is processed: runs cover caching at allocation only
+    ({"prefix_cache_insert": "after_step"}, {}),
+    # units of 16 tokens in blocks of 32: a unit is not a whole number of blocks
+    ({"block_size": 32}, {"block_tokens": 16})])
+def test_prefix_caches_runs_do_not_cover_step_one_by_one(serving, prefix, coalesced):
+    raw = _shared_prefixes({"engine": "reference", **serving}, {"prefix": {"shared_tokens": 512, "groups": 4, **prefix}})
+    simulator.run(raw, {"workload.requests": 60})
+    assert coalesced[0] == 0
+
+
+def test_runs_reproduce_the_mooncake_trace_behind_a_prefix_cache(coalesced):
+    raw = {"name": "mooncake", "model": "llama-3.1-8b", "dtype": "bf16", "hardware": {"gpu": "h100-sxm"},
+           "serving": {"engine": "vllm-v1", "prefix_caching": True, "gpu_memory_utilization": 0.5},
+           "workload": {"requests": 150, "arrival": "trace", "trace": f"{TRACES}/mooncake_conversation.jsonl",
+                        "trace_time_scale": 4}}
+    a, b = both(raw)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["prefix_cache"]["evicted_units"] > 0
+
+
 def _sender():
     """An engine's delivery queues alone (Engine.deliver and its pending queues), on a SimPy environment."""
     import simpy
@@ -348,8 +400,8 @@ def covered_set_ups(draw):
     """A single-GPU scenario drawn from the settings closed-form runs cover (``run_support``): CPU
     costs, inter-process messages, where the API server runs and who detokenizes, async scheduling, batch and token
     budgets, block sizes, API servers, chunked prefill, a small KV pool that preempts, the decode
-    attention layout, the SSE chunk sizes, the counterfactual's free last mile; arrivals and token
-    counts drawn too."""
+    attention layout, the SSE chunk sizes, the counterfactual's free last mile, a prefix cache over
+    shared system prompts; arrivals and token counts drawn too."""
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
     ipc = draw(st.booleans())  # requests and outputs cross between processes as messages
@@ -383,6 +435,11 @@ def covered_set_ups(draw):
             serving["api_servers"] = 1
     if not serving["chunked_prefill"]:
         serving["max_batched_tokens"] = 8192  # whole prompts must fit the budget
+    prefix = {}
+    if draw(st.booleans()):  # prompts sharing system prompts, behind a prefix cache
+        serving["prefix_caching"] = True
+        prefix = {"prefix": {"shared_tokens": draw(st.sampled_from([64, 400])), "groups": draw(st.integers(1, 4)),
+                             "block_tokens": draw(st.sampled_from([32, 64]))}}  # whole KV blocks
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),
             "record_spans": draw(st.booleans()),
             "dtype": "fp8" if gpu == "l40s" else "fp16", "hardware": {"gpu": gpu, "cpu": cpu}, "serving": serving,
@@ -390,7 +447,7 @@ def covered_set_ups(draw):
             "workload": {"requests": 100, "arrival": draw(st.sampled_from(["poisson", "gamma"])),
                          "rate": f"{draw(st.floats(2, 30)):.2f}/s",
                          "prompt_tokens": {"dist": "uniform", "low": 10, "high": 1500 if long_prompts else 500},
-                         "output_tokens": {"dist": "uniform", "low": 1, "high": 300}}}
+                         "output_tokens": {"dist": "uniform", "low": 1, "high": 300}, **prefix}}
 
 
 def _check_drawn(raw: dict, coalesced) -> None:

@@ -17,7 +17,6 @@ from test_decode_runs import coalesced, trace_scenario  # noqa: F401  (a fixture
 
 UNCOVERED = {  # a value of each restricted key that runs do not cover
     "multi_step": 4,
-    "prefix_caching": True,
     "kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"},
     "speculative": {"method": "ngram", "tokens": 3},
 }
@@ -40,9 +39,6 @@ def test_the_restricted_keys_are_the_ones_with_a_reason():
 @pytest.mark.parametrize("key", sorted(UNCOVERED))
 def test_an_uncovered_value_is_stepped_and_named(key, coalesced):  # noqa: F811
     raw = trace_scenario("splitwise_conv.csv", 60)
-    if key == "prefix_caching":  # prompts with prefix identity: synthetic ones with shared system prompts
-        raw["workload"] = {"requests": 60, "rate": "4/s", "prompt_tokens": 300, "output_tokens": 40,
-                           "prefix": {"shared_tokens": 64, "groups": 4}}
     scenario = load_scenario(raw, {f"serving.{key}": UNCOVERED[key]})
     reasons = serving_blockers(scenario.serving)
     assert len(reasons) == 1 and reasons[0].startswith(f"serving.{key}=") and RUN_SUPPORT[key].lacks in reasons[0]

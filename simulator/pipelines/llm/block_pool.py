@@ -38,13 +38,21 @@ class BlockPool:
     def fits(self, n: int) -> bool:
         """Whether ``n`` more blocks can be had, evicting idle cached prefixes when the free pool is
         short (vLLM's free queue hands out cached blocks nobody uses, least recently used first)."""
-        if n <= self.free:
-            return True
+        return self.make_room(n, self.free) is not None
+
+    def make_room(self, n: int, free: int) -> int | None:
+        """For ``n`` more blocks where ``free`` are free (the pool's count, or a closed-form run's as it
+        stands): the blocks freed by evicting idle cached prefixes, least recently used first, only
+        as many as are short (0 where none are); None, evicting nothing, where even every idle one would
+        not make room. The one eviction rule of :meth:`fits` and of the runs."""
+        if n <= free:
+            return 0
         cache = self.cache
-        if cache is None or n > self.free + cache.idle_blocks:
-            return False
-        self.free += cache.evict(n - self.free)
-        return True
+        if cache is None or n > free + cache.idle_blocks:
+            return None
+        freed = cache.evict(n - free)
+        self.free += freed
+        return freed
 
     def grant(self, ids, need) -> None:
         """Give request(s) ``ids`` ``need`` more blocks each (the caller has checked they fit)."""
@@ -87,13 +95,28 @@ class BlockPool:
         self.private -= freed
         blocks[ids] = 0
 
+    def leave(self, rid: int, blocks: int) -> int:
+        """Request ``rid`` leaves a closed-form run holding ``blocks`` (the run's count; those it gained
+        in the run not yet granted here): they are granted, then released as :meth:`release` releases
+        them (its cached prefix units back to the cache, in its order). Returns the private blocks
+        freed."""
+        gained = blocks - int(self.table.blocks[rid])
+        self.free -= gained
+        self.private += gained
+        private = blocks - (self._unshare(rid) if self.cache is not None else 0)
+        self.free += private
+        self.private -= private
+        self.table.blocks[rid] = 0
+        return private
+
     def _unshare(self, rid: int) -> int:
         self.cache.release(rid)
         return self.shared.pop(rid, 0)
 
     def settle(self, ids, blocks) -> None:
-        """Set the blocks of requests ``ids`` (none of them sharing cached units) to ``blocks`` after a
-        closed-form run played their steps: the free count moves by what they gained or gave back."""
+        """Set the blocks of requests ``ids`` to ``blocks`` after a closed-form run played their steps:
+        the free count moves by what they gained or gave back (private blocks: a request's shared ones
+        stay as they are, released by :meth:`release`)."""
         delta = int(blocks.sum()) - int(self.table.blocks[ids].sum())
         self.free -= delta
         self.private += delta

@@ -5,7 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
 interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
-contention, no speculative decoding, no prefix cache or host KV tier; a stream interval above 1 only
+contention, no speculative decoding or host KV tier, a prefix cache only caching at allocation in
+whole KV blocks (``_Admission``); a stream interval above 1 only
 with one API server; several API servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
@@ -200,6 +201,8 @@ class Run:
         t = eng.table
         self.budget, self.bs, self.waiting, self.shapes = (eng.sv.max_batched_tokens, eng.sv.block_size,
                                                           eng.sched.waiting, owner.shapes)
+        self.pool = eng.sched.pool  # the replica's KV blocks (and its prefix cache's, where there is one)
+        self.loose, self.loose_k = 0, -1  # blocks evicted for step ``loose_k`` (``room``)
         # requests and outputs cross between the engine's and the API server's processes as messages
         self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
         # or the API server runs in the engine's process: one clock for both (vLLM <= 0.5)
@@ -331,7 +334,7 @@ class Run:
                 nd, S, kv_free = self._after(k, plan, nd, S, kv_free)
             now = resume
             k += 1
-        return self._settle(k, rows, free, booked, kv_free, now)
+        return self._settle(k, rows, free, booked, kv_free + self.uncommitted(k), now)
 
     def _stream_phase(self, k: int, slot: int) -> None:
         """Slot ``slot`` made its first token of the run in step ``k``: it streams there if that is its
@@ -350,7 +353,8 @@ class Run:
             return chunks
         t = self.o.e.table
         firsts = [(self.gen0[self.partial], self.streamed0[self.partial], self.rid[self.partial])] if plan.p_done else []
-        firsts += [(int(t.generated[rid]), int(t.streamed[rid]), rid) for rid, target, n in plan.admit if n >= target]
+        firsts += [(int(t.generated[rid]), int(t.streamed[rid]), rid) for rid, target, n, c in plan.admit
+                   if c + n >= target]
         for gen0, streamed, rid in firsts:
             chunks += gen0 == 0 or gen0 + 1 - streamed >= N or gen0 + 1 >= t.output[rid]
         return chunks
@@ -421,8 +425,13 @@ class Run:
         the budget; nothing runs)."""
         budget, partial = self.budget, self.partial
         alloc = self.cnt[k % self.bs]
-        if nd + (partial >= 0) > budget or alloc > kv_free:
+        if nd + (partial >= 0) > budget:
             return None
+        if alloc > kv_free:  # idle cached prefixes evicted where they make room (else: preempt, stepped)
+            freed = self.room(alloc, kv_free, k)
+            if freed is None:
+                return None
+            kv_free += freed
         free_kv, ctx = kv_free - alloc, float(S) + nd
         if partial < 0 and not self.waiting:  # decodes only
             if not nd:
@@ -460,7 +469,7 @@ class Run:
         lat, self.bw_min = eng.links.d2h_terms()
         booked = max(p.booked_until for p in eng.links.d2h_route[0])
         self.gpu_free0 = eng.gpu_free
-        self.admission = _Admission(eng.sched.waiting, eng.table.prompt, eng.table.generated, eng.sv.block_size)
+        self.admission = _Admission(eng.sched, eng.sv.block_size, self.room)
         clocks = self.clocks = _Clocks(eng, self.o.fe)
         if self.sep:
             self.detok = DetokClock(eng)
@@ -503,21 +512,26 @@ class Run:
             if p_take > 0:
                 need = -(-(p_comp + p_take) // eng.sv.block_size) - -(-p_comp // eng.sv.block_size)
                 if need > free_kv:
-                    return None  # its chunk finds no blocks: the engine's deviation, stepped
+                    freed = self.room(need, free_kv, k)
+                    if freed is None:
+                        return None  # its chunk finds no blocks: the engine's deviation, stepped
+                    free_kv += freed
                 free_kv -= need
                 left -= p_take
                 pairs.append((p_comp, p_take))
+                if self.pool.cache is not None:
+                    eng.sched.register_covered(self.rid[P], p_comp + p_take)
         admission = self.admission
-        admit = admission.start(free_kv)
+        admit = admission.start(free_kv, k)
         if admission.waiting:  # the scheduler's admission rule over the queue as this run stands
             admit_waiting(admission.head, left, nrun, eng.sv, admission.lacks, admission.take)
             free_kv = admission.free_kv
-            pairs.extend((0, n) for _, _, n in admit)
+            pairs.extend((c, n) for _, _, n, c in admit)
         if pairs:
             p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
-            ncomp = p_done + sum(1 for _, target, n in admit if n >= target)
+            ncomp = p_done + sum(1 for _, target, n, c in admit if c + n >= target)
             sampled = nd + ncomp
-            step = (free_kv, p_take + sum(n for _, _, n in admit), len(pairs), sampled,
+            step = (free_kv, p_take + sum(n for _, _, n, _ in admit), len(pairs), sampled,
                     eng.cost.step(ctx, nd, pairs, sampled).compute, self.shape(nd + len(pairs), sampled))
         elif nd:  # nobody could be admitted: the decodes run alone
             p_done = False
@@ -536,8 +550,8 @@ class Run:
         nserv = len(counts)
         if plan.p_done:
             counts[self.api[self.partial]] += 1
-        for rid, target, n in plan.admit:
-            if n >= target:
+        for rid, target, n, c in plan.admit:
+            if c + n >= target:
                 counts[rid % nserv] += 1
         return counts
 
@@ -552,11 +566,34 @@ class Run:
             cnt[rho[slot]] -= 1
             if self.every > 1:
                 self.scnt[self.phase[slot]] -= 1
-            kv_free += -(-after // bs)
+            kv_free += self._freed(slot, after)
             self.finished.append(slot)
             if self.nd_api is not None:
                 self.nd_api[self.api[slot]] -= 1
         return nd, S, kv_free
+
+    def room(self, need: int, free: int, k: int) -> int | None:
+        """Room for ``need`` blocks for step ``k`` where the run counts ``free`` (``BlockPool.make_room``:
+        idle cached prefixes evicted); what it freed is kept by step, so that the run's count includes it
+        even where step ``k`` is not committed (:meth:`uncommitted`: the scheduler, taking that step one
+        event at a time, finds the room made)."""
+        freed = self.pool.make_room(need, free)
+        if freed:
+            if self.loose_k != k:
+                self.loose, self.loose_k = 0, k
+            self.loose += freed
+        return freed
+
+    def uncommitted(self, k: int) -> int:
+        """Blocks evicted for step ``k`` of a run that committed ``k`` steps: the step it did not commit."""
+        return self.loose if self.loose_k == k else 0
+
+    def _freed(self, slot: int, computed: int) -> int:
+        """The blocks free again once slot ``slot`` leaves with ``computed`` tokens of KV: all of them, or,
+        with prefix caching, its private ones (its cached prefix units go back to the cache now, in the
+        order the scheduler releases them: ``BlockPool.leave``)."""
+        blocks = -(-computed // self.bs)
+        return blocks if self.pool.cache is None else self.pool.leave(self.rid[slot], blocks)
 
     def _join(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """After a step that prefilled: the partial prefill's progress, the admitted requests as new
@@ -571,7 +608,7 @@ class Run:
             else:
                 self.prefill_rows.append((k, self.rid[self.partial]))
         waiting = self.admission.waiting
-        for rid, target, n in plan.admit:
+        for rid, target, n, c in plan.admit:
             waiting.popleft()
             slot = len(self.rid)
             self.rid.append(rid)
@@ -583,14 +620,14 @@ class Run:
             if self.every > 1:
                 self.phase.append(0)
                 self.streamed0.append(int(t.streamed[rid]))
-            if n >= target:
+            if c + n >= target:
                 self.c0.append(target)
                 self.s.append(k + 1)
                 joined.append((slot, target))
             else:  # the budget's last tokens: the partial prefill, the last running request
-                self.c0.append(n)
+                self.c0.append(c + n)
                 self.s.append(MAX_STEPS)
-                self.partial, self.p_comp, self.p_target = slot, n, target
+                self.partial, self.p_comp, self.p_target = slot, c + n, target
                 self.prefill_rows.append((k, rid))
         for slot, target in joined:  # a completed prefill emits its first token in this step
             nd, S, kv_free = self._first_token(k, slot, target, nd, S, kv_free)
@@ -607,7 +644,7 @@ class Run:
         if out_left <= 0:  # its only token: it finishes here
             self.last[slot] = k
             self.finished.append(slot)
-            return nd, S, kv_free + -(-target // bs)
+            return nd, S, kv_free + self._freed(slot, target)
         r = (k + 1 - target) % bs
         self.rho[slot] = r
         self.cnt[r] += 1
@@ -1076,31 +1113,42 @@ class _Intake:
 
 class _Admission:
     """The run's side of :func:`~.scheduler.admit_waiting`: the queue as the run stands (requests
-    it admitted are still in it, from ``at`` on the next step's candidates) and its free blocks; a
-    waiting request lacks its whole target (no prefix cache, no host tier in a run)."""
+    it admitted are still in it, from ``at`` on the next step's candidates) and its free blocks; what
+    a waiting request lacks is the scheduler's rule (``Scheduler.lacks``: with prefix caching, its
+    cached prefix is looked up once), and its blocks are taken as the scheduler takes them (evicting
+    idle cached prefixes where the free ones fall short: ``BlockPool.make_room``; with prefix caching,
+    the units its KV will cover are cached at once: ``Scheduler.register_covered``). A step that is
+    not committed leaves what the scheduler itself would do again at that step as done: the
+    scheduler finds the look-up made, the room made and the units cached."""
 
-    def __init__(self, waiting, prompt, generated, block_size: int):
-        self.waiting, self.prompt, self.generated, self.bs = waiting, prompt, generated, block_size
-        self.at = 0
+    def __init__(self, sched, block_size: int, room):
+        self.sched, self.waiting, self.t, self.bs = sched, sched.waiting, sched.table, block_size
+        self.lacks, self.cache = sched.lacks, sched.cache
+        self.room = room  # the run's eviction (``Run.room``)
+        self.at, self.k = 0, 0
         self.free_kv = 0
-        self.admit: list = []  # this step's admissions: (request, its target, tokens)
+        self.admit: list = []  # this step's admissions: (request, its target, tokens, computed before)
 
-    def start(self, free_kv: int) -> list:
-        """A step's admission begins with ``free_kv`` blocks free; returns its (empty) list of admissions."""
-        self.at, self.free_kv, self.admit = 0, free_kv, []
+    def start(self, free_kv: int, k: int) -> list:
+        """Step ``k``'s admission begins with ``free_kv`` blocks free; returns its (empty) list of admissions."""
+        self.at, self.free_kv, self.admit, self.k = 0, free_kv, [], k
         return self.admit
 
     def head(self):
         return self.waiting[self.at] if self.at < len(self.waiting) else None
 
-    def lacks(self, rid: int) -> int:
-        return int(self.prompt[rid] + self.generated[rid])
-
     def take(self, rid: int, n: int) -> bool:
-        need = -(-n // self.bs)
+        t = self.t
+        c = int(t.computed[rid])  # its cached prefix (0 without one)
+        need = -(-(c + n) // self.bs) - int(t.blocks[rid])
         if need > self.free_kv:
-            return False
+            freed = self.room(need, self.free_kv, self.k)
+            if freed is None:
+                return False
+            self.free_kv += freed
         self.free_kv -= need
         self.at += 1
-        self.admit.append((rid, int(self.prompt[rid] + self.generated[rid]), n))
+        self.admit.append((rid, int(t.target[rid]), n, c))
+        if self.cache is not None:
+            self.sched.register_covered(rid, c + n)
         return True

@@ -187,7 +187,7 @@ class LaggedRun(Run):
             prev = (d1, t_done, sampled - lag)
             now = resume
             k += 1
-        return self._settle_lagged(k, rows, free, booked, kv_free, now)
+        return self._settle_lagged(k, rows, free, booked, kv_free + self.uncommitted(k), now)
 
     def _settle_lagged(self, k: int, rows: list, free: float, booked: float, kv_free: int, now: float):
         """The sync run's settling for the ``k`` steps launched, then the step left in flight."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .run_support import declare, only
+from .run_support import declare
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
-declare("prefix_caching", only(False), "a run has no prefix cache look-ups", "prefix_cache")
+declare("prefix_caching", owner="prefix_cache")  # inserting at allocation only: run_support.ENGINE_CONDITIONS
 declare("prefix_cache_insert", owner="prefix_cache")
 
 

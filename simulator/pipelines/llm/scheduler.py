@@ -214,7 +214,7 @@ class Scheduler:
                     self.pool.grant(r, b)
                     chunks.append((int(r), int(c), int(n)))
                     if self.cache is not None:
-                        self._register(int(r), int(c) + int(n))
+                        self.register_covered(int(r), int(c) + int(n))
                     budget -= int(n)
 
         return self._admit(decode, dcomp, chunks, budget, preempted)
@@ -247,17 +247,6 @@ class Scheduler:
             t = self.table
             waiting = self.waiting
 
-            def lacks(rid: int) -> int | None:
-                if t.computed[rid] == 0:
-                    t.target[rid] = t.prompt[rid] + t.generated[rid]
-                    if self.offload is not None and self._load_swapped(rid):
-                        return None
-                    if self.cache is not None and rid not in self.cache.settled:
-                        self._look_up(rid)
-                        if self.offload is not None and self._load_units(rid):
-                            return None
-                return int(t.target[rid] - t.computed[rid])
-
             def take(rid: int, n: int) -> bool:
                 if not self._alloc(rid, n):
                     return False
@@ -266,15 +255,31 @@ class Scheduler:
                 self._run_arr = None
                 chunks.append((rid, int(t.computed[rid]), n))
                 if self.cache is not None:
-                    self._register(rid, int(t.computed[rid]) + n)
+                    self.register_covered(rid, int(t.computed[rid]) + n)
                 return True
 
-            admit_waiting(lambda: waiting[0] if waiting else None, budget, len(self.running), self.sv, lacks, take)
+            admit_waiting(lambda: waiting[0] if waiting else None, budget, len(self.running), self.sv, self.lacks, take)
         if self.holders_known and checking():  # BLOCKS_CONSERVED over the holders' own blocks, in debug runs
             self.pool.check(self.holders())
         if len(decode) == 0 and not chunks:
             return None
         return Batch(decode, dcomp, chunks)
+
+    def lacks(self, rid: int) -> int | None:
+        """What waiting request ``rid`` lacks to catch up to its target, as :func:`admit_waiting` asks:
+        a request with nothing computed gets its target and, with prefix caching, its cached prefix
+        (looked up once); None where it left the queue to load KV from the host tier. The scheduler's
+        and the closed-form runs' one rule."""
+        t = self.table
+        if t.computed[rid] == 0:
+            t.target[rid] = t.prompt[rid] + t.generated[rid]
+            if self.offload is not None and self._load_swapped(rid):
+                return None
+            if self.cache is not None and rid not in self.cache.settled:
+                self._look_up(rid)
+                if self.offload is not None and self._load_units(rid):
+                    return None
+        return int(t.target[rid] - t.computed[rid])
 
     def _fits(self, n: int) -> bool:
         return self.pool.fits(n)
@@ -340,7 +345,7 @@ class Scheduler:
 
         self.offload.load(rid, nbytes, loaded)
 
-    def _register(self, rid: int, covered: int) -> None:
+    def register_covered(self, rid: int, covered: int) -> None:
         """Units of the prompt that the request's KV covers once this step is computed join the cache:
         now (``prefix_cache_insert: allocate``, vLLM V1 caches blocks as it allocates them), or once
         the step's results are processed (``after_step``: SGLang's ``process_batch_result_prefill``
