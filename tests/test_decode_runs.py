@@ -211,15 +211,25 @@ def test_runs_reproduce_a_prefix_cache(serving, workload, extra, coalesced):
     assert b.summary["prefix_cache"]["hit_rate"] > 0.4
 
 
-@pytest.mark.parametrize("serving, prefix", [
+def test_a_prefix_cache_that_caches_after_the_step_steps_one_by_one(coalesced):
     # SGLang caches a step's units once the step is processed: runs cover caching at allocation only
-    ({"prefix_cache_insert": "after_step"}, {}),
-    # units of 16 tokens in blocks of 32: a unit is not a whole number of blocks
-    ({"block_size": 32}, {"block_tokens": 16})])
-def test_prefix_caches_runs_do_not_cover_step_one_by_one(serving, prefix, coalesced):
-    raw = _shared_prefixes({"engine": "reference", **serving}, {"prefix": {"shared_tokens": 512, "groups": 4, **prefix}})
-    simulator.run(raw, {"workload.requests": 60})
+    simulator.run(_shared_prefixes({"engine": "reference", "prefix_cache_insert": "after_step"}), {"workload.requests": 60})
     assert coalesced[0] == 0
+
+
+def test_units_that_are_not_whole_blocks_hold_their_tokens_blocks(coalesced):
+    # 16-token units in 32-token KV blocks: a request's h cached units hold ceil(16 h / 32) blocks (unit
+    # 2j holds the block it shares with unit 2j + 1, which holds none), so blocks are conserved at every
+    # step (they were not: each unit held a block of its own) and runs reproduce the stepped engine
+    from simulator.invariants import checks_on
+
+    raw = _shared_prefixes({"engine": "reference", "block_size": 32, "gpu_memory_utilization": 0.3},
+                           {"prefix": {"shared_tokens": 512, "groups": 4, "block_tokens": 16}})
+    with checks_on():
+        a, b = both(raw)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["prefix_cache"]["hit_rate"] > 0.4
 
 
 def test_runs_reproduce_the_mooncake_trace_behind_a_prefix_cache(coalesced):
@@ -439,7 +449,7 @@ def covered_set_ups(draw):
     if draw(st.booleans()):  # prompts sharing system prompts, behind a prefix cache
         serving["prefix_caching"] = True
         prefix = {"prefix": {"shared_tokens": draw(st.sampled_from([64, 400])), "groups": draw(st.integers(1, 4)),
-                             "block_tokens": draw(st.sampled_from([32, 64]))}}  # whole KV blocks
+                             "block_tokens": draw(st.sampled_from([16, 24, 64]))}}
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),
             "record_spans": draw(st.booleans()),
             "dtype": "fp8" if gpu == "l40s" else "fp16", "hardware": {"gpu": gpu, "cpu": cpu}, "serving": serving,

@@ -5,8 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
 interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
-contention, no speculative decoding or host KV tier, a prefix cache only caching at allocation in
-whole KV blocks (``_Admission``); a stream interval above 1 only
+contention, no speculative decoding or host KV tier, a prefix cache only caching at allocation
+(``_Admission``); a stream interval above 1 only
 with one API server; several API servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose

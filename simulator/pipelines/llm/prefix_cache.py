@@ -69,8 +69,13 @@ class PrefixCache:
         unit = self.prefix.unit
         return min(unit, prompt - i * unit)
 
-    def _unit_blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+    def _unit_blocks(self, i: int, tokens: int) -> int:
+        """KV blocks a prompt's unit ``i`` of ``tokens`` tokens holds: those its tokens complete or begin
+        past the units before it, so that a request's first h units hold the blocks of their tokens
+        together (ceil(tokens / block_size)) whether a unit is whole blocks or not (16-token units in
+        32-token blocks: units 0, 2, 4 ... hold a block each, shared with the unit after, which holds none)."""
+        start = i * self.prefix.unit
+        return -(-(start + tokens) // self.block_size) - -(-start // self.block_size)
 
     def match(self, rid: int, prompt: int, count: bool = True) -> tuple[int, int]:
         """Look up request ``rid``'s leading units and reference the hits; returns (cached tokens,
@@ -122,7 +127,7 @@ class PrefixCache:
                 break
             key = int(ids[i])
             if key not in self.blocks:
-                b = self._unit_blocks(tokens)
+                b = self._unit_blocks(i, tokens)
                 self.blocks[key] = b
                 self.refs[key] = 1
                 self.cached_blocks += b

@@ -73,8 +73,6 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
     "the roofline's step time (no hardware.step_time)": lambda e, open_loop, n: e.cost.step_time is None,
     "a prefix cache only caching units as their blocks are allocated (prefix_cache_insert: allocate)":
         lambda e, open_loop, n: e.sched.cache is None or e.sv.prefix_cache_insert == "allocate",
-    "a prefix cache only where its units are whole KV blocks (prefix block_tokens a multiple of serving.block_size)":
-        lambda e, open_loop, n: e.sched.cache is None or e.sched.cache.prefix.unit % e.sv.block_size == 0,
 }
 """What a run needs of the engine beyond its serving keys: condition -> whether ``engine`` meets it."""
 
