@@ -199,22 +199,23 @@ def _shared_prefixes(serving: dict, workload: dict | None = None) -> dict:
                                                                                           "groups": 8, "block_tokens": 64}}, {}),
     # multi-turn sessions (each turn's prompt extends the last), two API servers, the horizon cutting a run
     ({"engine": "vllm-v1", "api_servers": 2}, {"sessions": {"turns": 4, "think_time": 5}}, {"max_sim_time": "40 s"}),
-    ({"engine": "reference"}, {"sessions": {"turns": 4, "think_time": 5}, "prefix": {"shared_tokens": 256, "groups": 2}}, {})])
+    ({"engine": "reference"}, {"sessions": {"turns": 4, "think_time": 5}, "prefix": {"shared_tokens": 256, "groups": 2}}, {}),
+    # SGLang's own layout: a step's units cached once the step is processed (with its step of lag: after
+    # the next step is scheduled), its detokenizer process
+    ({"engine": "sglang"}, None, {}),
+    ({"engine": "sglang", "gpu_memory_utilization": 0.25, "overlap": "sync"}, {"sessions": {"turns": 4, "think_time": 5}}, {}),
+    ({"engine": "reference", "prefix_cache_insert": "after_step", "gpu_memory_utilization": 0.25}, None,
+     {"max_sim_time": "30 s"})])
 def test_runs_reproduce_a_prefix_cache(serving, workload, extra, coalesced):
     # a run looks each admitted request's cached prefix up (Scheduler.lacks), takes its blocks as the
     # scheduler does (evicting idle units where the free ones fall short), caches the units its KV
-    # covers as their blocks are allocated, and gives a leaving request's units back to the cache in
-    # the scheduler's order: the same hits, evictions and times as stepping one event at a time
+    # covers as their blocks are allocated (or once the step is processed), and gives a leaving
+    # request's units back to the cache in the scheduler's order: the same hits, evictions and times
+    # as stepping one event at a time
     a, b = both(_shared_prefixes(serving, workload), **extra)
     assert coalesced[0] > 0.9 * a.summary["steps"]
     assert_same(a, b)
-    assert b.summary["prefix_cache"]["hit_rate"] > 0.4
-
-
-def test_a_prefix_cache_that_caches_after_the_step_steps_one_by_one(coalesced):
-    # SGLang caches a step's units once the step is processed: runs cover caching at allocation only
-    simulator.run(_shared_prefixes({"engine": "reference", "prefix_cache_insert": "after_step"}), {"workload.requests": 60})
-    assert coalesced[0] == 0
+    assert b.summary["prefix_cache"]["hit_rate"] > 0.2
 
 
 def test_units_that_are_not_whole_blocks_hold_their_tokens_blocks(coalesced):
@@ -448,6 +449,7 @@ def covered_set_ups(draw):
     prefix = {}
     if draw(st.booleans()):  # prompts sharing system prompts, behind a prefix cache
         serving["prefix_caching"] = True
+        serving["prefix_cache_insert"] = draw(st.sampled_from(["allocate", "after_step"]))
         prefix = {"prefix": {"shared_tokens": draw(st.sampled_from([64, 400])), "groups": draw(st.integers(1, 4)),
                              "block_tokens": draw(st.sampled_from([16, 24, 64]))}}
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),

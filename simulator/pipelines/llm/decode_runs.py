@@ -5,8 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
 interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
-contention, no speculative decoding or host KV tier, a prefix cache only caching at allocation
-(``_Admission``); a stream interval above 1 only
+contention, no speculative decoding or host KV tier, any prefix cache (``_Admission``); a stream
+interval above 1 only
 with one API server; several API servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
@@ -148,7 +148,7 @@ class DecodeRuns:
         running = sched.running
         now = eng.env.now
         if (pending is None or pending.g1 is None or pending.d1 is None or pending.accepted is not None
-                or pending.register or len(running) > sv.max_batched_tokens or now >= self.horizon
+                or len(running) > sv.max_batched_tokens or now >= self.horizon
                 or not self._outputs_delivered()):
             return None
         run = np.fromiter(running, dtype=np.int64, count=len(running))
@@ -203,6 +203,9 @@ class Run:
                                                           eng.sched.waiting, owner.shapes)
         self.pool = eng.sched.pool  # the replica's KV blocks (and its prefix cache's, where there is one)
         self.loose, self.loose_k = 0, -1  # blocks evicted for step ``loose_k`` (``room``)
+        # SGLang's prefix cache caches a step's units once the step is processed (``registered``)
+        self.after_step = self.pool.cache is not None and eng.sv.prefix_cache_insert == "after_step"
+        self.left: set[int] = set()  # with it: the requests that left the run (their KV released)
         # requests and outputs cross between the engine's and the API server's processes as messages
         self.ipc = eng.sv.outputs_cross_to_api and eng.cpu.has_ipc
         # or the API server runs in the engine's process: one clock for both (vLLM <= 0.5)
@@ -329,6 +332,8 @@ class Run:
                 free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled, chunks))
+            if self.after_step:  # the step is processed: its units join the cache, before anyone leaves
+                self.registered(sched.take_registrations())
             kv_free, S = free_kv, S + nd  # the requests' state after the step
             if k in ending or plan is not None:
                 nd, S, kv_free = self._after(k, plan, nd, S, kv_free)
@@ -593,7 +598,16 @@ class Run:
         with prefix caching, its private ones (its cached prefix units go back to the cache now, in the
         order the scheduler releases them: ``BlockPool.leave``)."""
         blocks = -(-computed // self.bs)
-        return blocks if self.pool.cache is None else self.pool.leave(self.rid[slot], blocks)
+        if self.pool.cache is None:
+            return blocks
+        self.left.add(self.rid[slot])
+        return self.pool.leave(self.rid[slot], blocks)
+
+    def registered(self, pairs: list) -> None:
+        """A processed step's prefix units join the cache (``Scheduler.register_computed``), for the requests
+        that have not left the run."""
+        if pairs:
+            self.o.e.sched.register_computed(pairs, lambda rid, covered: rid not in self.left)
 
     def _join(self, k: int, plan, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """After a step that prefilled: the partial prefill's progress, the admitted requests as new
@@ -661,6 +675,8 @@ class Run:
         and the port's totals, the engine's step table, the spans and tokens, the queue's state;
         returns ``now``, when the engine's loop resumes (None, with nothing changed, if no step ran)."""
         o, eng = self.o, self.o.e
+        if self.after_step:  # a step not committed: the scheduler registers its units again when it takes it
+            eng.sched.take_registrations()
         if self.ipc and k == MAX_STEPS:  # what reached the engine before it resumes, as the next step would see it
             free = self.intake.receive_and_join(now, free)
         if k == 0 and not self.intake.took:

@@ -56,6 +56,7 @@ class LaggedRun(Run):
         if len(pending.only_prefill):
             self.prefill_rows.append((-1, int(pending.only_prefill[0])))
         self.parts: dict[int, tuple] = {}  # tokens -> their outputs' CPU seconds (``_parts``)
+        self.reg_prev = list(pending.register or ())  # the prefix units the step in flight caches once processed
 
     def _first_token(self, k: int, slot: int, target: int, nd: int, S: int, kv_free: int) -> tuple[int, int, int]:
         """Slot ``slot`` completed its prefill in step ``k`` and made its first token there: it decodes
@@ -84,6 +85,12 @@ class LaggedRun(Run):
         N, phase = self.every, self.phase
         chunks = self.scnt[p % N] + sum(1 for j in self.ending.get(p + 1, ()) if phase[j] != p % N)
         return (chunks, *self._streamed(chunks, msg, recv))
+
+    def _processed(self) -> None:
+        """The step before the one just scheduled is processed: with SGLang's caching after the step, its
+        prefix units join the cache; the units of the step just scheduled wait for the next iteration."""
+        done, self.reg_prev = self.reg_prev, self.o.e.sched.take_registrations()
+        self.registered(done)
 
     def _live_per_server(self, k: int, plan) -> list:
         """Per API server, the requests whose step ``k`` made a token that is not dropped: the batch's
@@ -164,9 +171,7 @@ class LaggedRun(Run):
                 intake.tokenize(sent if apart else resume)
             x = st0 = 0.0
             if outs is not None:  # several API servers: each receives its part (and detokenizes it), then streams
-                st0 = outs.play(k, sent, per, i, s2 + det, e) if tokens else outs.play(k, sent, (), i, s2, e)
-                x = e
-                per = self._live_per_server(k, plan)
+                st0, per = outs.play(k, sent, per if tokens else (), i, s2 + det, e), self._live_per_server(k, plan)
             elif tokens:
                 if in_api:  # the API server receives the ids, detokenizes them, builds the outputs
                     i, s2, e = clocks.detokenize(sent, recv, det, out)
@@ -180,6 +185,8 @@ class LaggedRun(Run):
                 intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, chunks))
+            if self.after_step:  # step k-1 is processed: its units join the cache, before anyone leaves
+                self._processed()
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped
             kv_free, S = free_kv, S + nd
             if k in ending or plan is not None:
@@ -214,6 +221,8 @@ class LaggedRun(Run):
                     np.array(only, dtype=np.int64) if only else _EMPTY, f"step {index} ({nd}d+{new_tokens}p)",
                     int(row[COUNTS + 3]))
         step.g0, step.g1, step.d1 = row[2], row[3], row[4]
+        if self.reg_prev:  # its units, cached once the loop processes it
+            step.register = self.reg_prev
         t_done = row[0] + (row[4] - row[0])
         step.done = eng.env.timeout(t_done - eng.env.now)
         eng.left_in_flight(step)

@@ -71,8 +71,6 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
     "a stream interval above 1 only with one API server in its own process":
         lambda e, open_loop, n: e.sv.stream_interval == 1 or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
     "the roofline's step time (no hardware.step_time)": lambda e, open_loop, n: e.cost.step_time is None,
-    "a prefix cache only caching units as their blocks are allocated (prefix_cache_insert: allocate)":
-        lambda e, open_loop, n: e.sched.cache is None or e.sv.prefix_cache_insert == "allocate",
 }
 """What a run needs of the engine beyond its serving keys: condition -> whether ``engine`` meets it."""
 

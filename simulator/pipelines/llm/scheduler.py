@@ -356,12 +356,13 @@ class Scheduler:
             return
         self._insert(rid, covered)
 
-    def register_computed(self, pairs: list) -> None:
+    def register_computed(self, pairs: list, holds=None) -> None:
         """A processed step's (request, tokens covered) pairs join the cache, for requests that still
-        hold that KV (one preempted since has dropped it)."""
+        hold that KV (one preempted since has dropped it; ``holds(rid, covered)`` says so where the table
+        does not yet: a closed-form run's view)."""
         t = self.table
         for rid, covered in pairs:
-            if t.computed[rid] >= covered and t.blocks[rid] > 0:
+            if (t.computed[rid] >= covered and t.blocks[rid] > 0) if holds is None else holds(rid, covered):
                 self._insert(rid, covered)
 
     def _insert(self, rid: int, covered: int) -> None:
