@@ -164,14 +164,18 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
                                             ("trtllm", {"gpu_memory_utilization": 0.25}), ("sglang", {}),
                                             ("sglang", {"overlap": "sync"})])
 @pytest.mark.parametrize("spans", [False, True])
-def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_parts(engine, serving, spans, coalesced):
+@pytest.mark.parametrize("interval", [1, 4])
+def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_parts(engine, serving, spans, interval,
+                                                                                  coalesced):
     # each API server that holds some of a step's outputs receives its part as a message (one per
     # server: the engine's sending grows with the servers it touches), detokenizes and builds it where
     # it detokenizes, then streams; its tokens' milestones are its own, not the step's; in a sync loop
     # and with a step of lag (each engine profile's own layout: vLLM V1 and TensorRT-LLM detokenize in
     # the API servers with async scheduling, vLLM 0.6 processes outputs a step late, SGLang's
-    # detokenizer process sends each server its part)
-    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, "api_servers": 3, **serving})
+    # detokenizer process sends each server its part); with a stream interval, each server's part
+    # streams its requests that stream, and the held tokens carry their server's milestones
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, "api_servers": 3, **serving,
+                                                                    "stream_interval": interval})
     a, b = both(raw, record_spans=spans, max_sim_time="40 s")
     assert coalesced[0] > 0.9 * a.summary["steps"]
     assert_same(a, b)
@@ -374,8 +378,8 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
 
 
 @pytest.mark.parametrize("change", [{"serving.multi_step": 4},
-                                    # a stream interval with several API servers
-                                    {"serving.stream_interval": 4, "serving.api_servers": 2},
+                                    # a stream interval with the API server in the engine's process
+                                    {"serving.stream_interval": 4, "serving.api_server_process": "engine"},
                                     {"parallel.replicas": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
@@ -440,10 +444,8 @@ def covered_set_ups(draw):
     if ipc:
         cpu.update(ipc_per_message=f"{draw(st.sampled_from([0.0, 0.6, 20.0]))} us", ipc_per_byte="4 ns",
                    ipc_bytes_per_request=draw(st.sampled_from([0, 64, 2000])))
-    if process == "own":  # a stream interval (one API server)
+    if process == "own":  # a stream interval
         serving["stream_interval"] = draw(st.sampled_from([1, 2, 8]))
-        if serving["stream_interval"] > 1:
-            serving["api_servers"] = 1
     if not serving["chunked_prefill"]:
         serving["max_batched_tokens"] = 8192  # whole prompts must fit the budget
     prefix = {}
@@ -486,11 +488,28 @@ def test_runs_reproduce_randomly_drawn_covered_set_ups(raw, coalesced):
 @hsettings(max_examples=6, deadline=None, print_blob=True, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=covered_set_ups(), servers=st.integers(2, 4))
 def test_runs_reproduce_randomly_drawn_set_ups_with_several_api_servers(raw, servers, coalesced):
-    # the covered set-ups above, each with 2-4 API servers in their own processes (every token
-    # streamed): each server's part of a step's outputs is received, detokenized and streamed on its
-    # own clock, in time order with its tokenizations
+    # the covered set-ups above, each with 2-4 API servers in their own processes: each server's part
+    # of a step's outputs is received, detokenized and streamed on its own clock, in time order with
+    # its tokenizations
     serving = raw["serving"]
     if serving["api_server_process"] == "engine":
         serving["detokenizer"], serving["api_server_process"] = "api_server", "own"
-    serving["api_servers"], serving["stream_interval"] = servers, 1
+    serving["api_servers"] = servers
     _check_drawn(raw, coalesced)
+
+
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_a_request_whose_last_chunk_is_on_its_way_at_the_horizon_is_not_complete(coalesce, coalesced):
+    # with a step of lag and a stream interval, the engine finishes a request a step before its last
+    # chunk leaves, and its held tokens' rows come before that chunk: at the horizon such a request was
+    # counted complete with its E2E at its last chunk received, while its breakdown ran to its held
+    # tokens (BREAKDOWN_SUMS broke); complete now means the client received the whole response
+    from simulator.invariants import checks_on
+
+    raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"overlap": "async", "stream_interval": 4})
+    with checks_on():
+        r = simulator.run(raw, {"coalesce_decode": coalesce, "max_sim_time": "40 s", "record_spans": False},
+                          last_mile_cost=False)
+    assert r.summary["status"] == "truncated" and 0 < r.summary["requests_completed"] < 250
+    done = r.requests[r.requests["completed"]]
+    assert len(done) == r.summary["requests_completed"] and done["e2e_s"].notna().all()

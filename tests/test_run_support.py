@@ -57,10 +57,10 @@ def test_verbose_run_names_what_keeps_a_replica_off_the_fast_path(tmp_path, caps
                      f"serving.multi_step=4: {RUN_SUPPORT['multi_step'].lacks}"]
     # (with the last-mile counterfactual, the same deployment simulated again: still said once)
     assert main(["-v", "run", str(path), "--no-write", "--set", "serving.stream_interval=4",
-                 "--set", "serving.api_servers=2"]) == 0
+                 "--set", "serving.api_server_process=engine"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
     assert lines == ["lastmile: replica 0 steps one event at a time (no closed-form runs): needs a stream interval "
-                     "above 1 only with one API server in its own process"]
+                     "above 1 only with the API servers in their own processes"]
     assert main(["-v", "run", str(path), "--no-write", "--no-last-mile-cost", "--set", "parallel.replicas=3"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "closed-form runs" in line]
     assert lines == ["lastmile: all 3 replicas step one event at a time (no closed-form runs): needs one replica "

@@ -20,6 +20,7 @@ from . import attribution, energy
 from .perfetto import Counter, trace_events
 from .records import BUFFERED, LLM_CATEGORIES, LLM_LAST_MILE, PREFILL_ONLY, SENT  # noqa: F401
 from .columns import Columns
+from .token_ledger import complete
 from .stats import order_stats, stats as stats_of
 from .result import Result
 from .itl import ITL
@@ -518,7 +519,7 @@ def _finished(t, steps, ledger):
     if rows is not None:
         t.window.prepare(t.n)  # nothing was retired: the whole table is still in memory
         n = t.n
-        done = t.finished & np.isfinite(t.last_R)
+        done = complete(t, slice(None)) & np.isfinite(t.last_R)
         first = np.full(n, np.iinfo(np.int64).max)
         last = np.full(n, -1)
         if rows.size:

@@ -69,6 +69,14 @@ FOLD_ROWS = 1 << 16
 the buffer (about 2 MB) is what the per-token record costs in memory."""
 
 
+def complete(t, which):
+    """Whether requests ``which`` (of the request table ``t``) are complete: the engine finished them and
+    the client received the whole response (at a horizon, a request the engine finished may still have
+    its last chunk on its way: with a step of lag, or held back by a stream interval). The one rule of
+    what a run counts as completed."""
+    return t.finished[which] & (t.sent[which] >= t.output[which])
+
+
 class TokenLedger:
     """Per-request category totals, last-mile totals after the first token, and ITL gaps, grown row
     batch by row batch; ``rows`` holds every row too when the output order does not allow folding."""
@@ -287,7 +295,8 @@ class TokenLedger:
         req = self.gaps["req"]
         done = req < self.retired
         live = ~done
-        done[live] = t.finished[req[live]] & np.isfinite(t.last_R[req[live]])
+        live_req = req[live]
+        done[live] = complete(t, live_req) & np.isfinite(t.last_R[live_req])
         del live
         first = self.sketch is None
         if first:
@@ -314,8 +323,8 @@ class TokenLedger:
         lo, hi = self.retired, w.prepared
         if hi > lo:
             self._replicas = max(self._replicas, int(t.replica[lo:hi].max()) + 1)
-            complete = t.finished[lo:hi] & (t.sent[lo:hi] >= t.output[lo:hi])
-            first_open = lo + (int(np.argmin(complete)) if not complete.all() else hi - lo)
+            whole = complete(t, slice(lo, hi))
+            first_open = lo + (int(np.argmin(whole)) if not whole.all() else hi - lo)
             if not self._marks or first_open > self._marks[-1][1]:
                 self._marks.append((self.steps.size, first_open))
         upto = None
@@ -333,7 +342,8 @@ class TokenLedger:
         w = t.window
         w.prepare(hi)
         s = slice(lo, hi)
-        finished, last_R, first_R = t.finished[s].copy(), t.last_R[s].copy(), t.first_R[s].copy()
+        finished = complete(t, s)
+        last_R, first_R = t.last_R[s].copy(), t.first_R[s].copy()
         done = finished & np.isfinite(last_R)
         out = {"api": t.api[s], "replica": t.replica[s], "tok_start": t.tok_start[s], "tok_end": t.tok_end[s],
                "first_R": first_R, "last_R": last_R, "preemptions": t.preemptions[s], "finished": finished}

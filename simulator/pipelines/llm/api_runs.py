@@ -46,6 +46,8 @@ class ServerOutputs:
         return sent
 
     def _costs(self, n: int) -> tuple:
+        """One server's seconds for ``n`` entries: to receive their message, to detokenize them and to
+        build their outputs (the last two where the API servers detokenize)."""
         got = self.costs.get(n)
         if got is None:
             fe, cpu = self.fe, self.fe.cpu
@@ -54,45 +56,53 @@ class ServerOutputs:
                                    outputs_cost(cpu, n) if self.in_api else 0.0)
         return got
 
-    def play(self, k: int, at: float, per: list, i: float, o: float, e: float) -> float:
-        """Step ``k``'s outputs reach the API servers at ``at``, ``per[j]`` for server ``j`` (made in the
-        engine at ``i``, ``o``, ``e`` where the engine detokenizes): each that holds some receives,
-        detokenizes and builds its part, then streams it (``per`` empty: the step's outputs carried
-        nothing). Returns server 0's stream start (0 where it streamed nothing); each other server's is
-        appended to the clocks' ``starts``."""
+    def play(self, k: int, at: float, per: list, i: float, o: float, e: float, sent: list | None = None) -> float:
+        """Step ``k``'s outputs reach the API servers at ``at``: ``per[j]`` requests of server ``j`` emitted a
+        token and ``sent[j]`` of them stream a chunk (None: all; made in the engine or a detokenizer at
+        ``i``, ``o``, ``e`` where the API servers do not detokenize). Each server that holds some receives
+        its part of the message (the ids of all, where it detokenizes; else the streaming ones'
+        outputs), detokenizes the ids and builds the streaming ones' outputs (where it detokenizes),
+        then streams (``Frontend.stream`` / ``stream_with_detok``; ``per`` empty: nothing emitted).
+        Returns server 0's stream start (0 where it streamed nothing); each other server's is appended
+        to the clocks' ``starts``."""
         clocks, keys, (mi, mo, me, mx) = self.clocks, self.keys, self.marks
         srv, starts, in_api = clocks.srv, clocks.starts, self.in_api
+        sent = per if sent is None else sent
         st0 = 0.0
         for j in range(1, self.n) if not per else ():  # nothing reached them
             starts[j].append(0.0)
         for j, c in enumerate(per):
-            if not c:
-                if j:
-                    starts[j].append(0.0)
-                continue
-            state = srv[j]
-            recv, det, out = self.costs.get(c) or self._costs(c)
-            ij, oj, ej, xj = i, o, e, e
-            if recv > 0:  # its part of the outputs' message
-                xj = self._task(j, state, at, recv, "receive outputs")
-                if in_api:
-                    ij = xj
-            if in_api:  # the ids it received: detokenized (always booked), then the outputs built
-                if recv <= 0:
-                    ij = at
-                oj = xj = ej = self._task(j, state, at, det, "detokenize")
-                if out > 0:
-                    xj = ej = self._task(j, state, at, out, "output")
-            st = clocks.stream_on(j, at, c)
+            c_sent = sent[j] if c else 0
+            m = c if in_api else c_sent  # the entries its part of the message carries
+            st = 0.0
+            if m:
+                state = srv[j]
+                recv, det, _ = self.costs.get(m) or self._costs(m)
+                ij, oj, ej, xj = i, o, e, e
+                if recv > 0:  # its part of the outputs' message
+                    xj = self._task(j, state, at, recv, "receive outputs")
+                    if in_api:
+                        ij = xj
+                if in_api:  # the ids it received: detokenized (always booked), then the outputs built
+                    if recv <= 0:
+                        ij = at
+                    oj = xj = ej = self._task(j, state, at, det, "detokenize")
+                    out = (self.costs.get(c_sent) or self._costs(c_sent))[2] if c_sent else 0.0
+                    if out > 0:
+                        xj = ej = self._task(j, state, at, out, "output")
+                st = clocks.stream_on(j, at, c_sent)
+            elif c:  # its requests' tokens are held back (a stream interval): nothing reaches it
+                ij, oj, ej, xj = i, o, e, e
             if j:
                 starts[j].append(st)
             else:
                 st0 = st
-            keys.append(k * self.n + j)
-            mi.append(ij)
-            mo.append(oj)
-            me.append(ej)
-            mx.append(xj)
+            if c:
+                keys.append(k * self.n + j)
+                mi.append(ij)
+                mo.append(oj)
+                me.append(ej)
+                mx.append(xj)
         return st0
 
     def _task(self, j: int, state: list, at: float, seconds: float, label: str) -> float:

@@ -5,9 +5,8 @@ key's owning module declares in ``run_support``, with the engine's own condition
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
 interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
-contention, no speculative decoding or host KV tier, any prefix cache (``_Admission``); a stream
-interval above 1 only
-with one API server; several API servers' parts of the outputs: ``api_runs``),
+contention, no speculative decoding or host KV tier, any prefix cache (``_Admission``); several API
+servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
 are known. So a run of steps can be played forward at once: before each step, the requests whose
 tokenization has ended join the waiting queue (where the API server is another process, each
@@ -251,6 +250,7 @@ class Run:
             for j in self.api[:n]:
                 self.nd_api[j] += 1
         self.every = eng.sv.stream_interval
+        self.scnt_api = None  # with several API servers and a stream interval: each one's decodes per phase
         if self.every > 1:
             self._stream_phases(t.streamed[run], gen, n, last_partial)
 
@@ -264,6 +264,15 @@ class Run:
         self.phase = phase.tolist() + [0] * last_partial
         self.scnt = np.bincount(phase, minlength=N).tolist()
         self.chunk_parts: dict[int, tuple] = {}  # chunks -> the step's work that depends on them
+        self.server_phases(n)
+
+    def server_phases(self, n: int) -> None:
+        """With several API servers, each one's decodes per phase (``scnt_api``), from the first ``n`` slots."""
+        self.scnt_api = None
+        if self.nd_api is not None:
+            self.scnt_api = [[0] * self.every for _ in self.nd_api]
+            for slot in range(n):
+                self.scnt_api[self.api[slot]][self.phase[slot]] += 1
 
     def play(self, now: float) -> float | None:
         """Walk the run's time chain step by step until a step the closed form does not cover, then
@@ -290,9 +299,8 @@ class Run:
             if every > 1:  # only the requests that stream this step have outputs built and streamed
                 chunks = self._chunks(k, plan)
                 out, dur, msg, recv = self._streamed(chunks, msg, recv)
-            elif self.outs is not None and sampled:  # several API servers: a message to each that holds some
-                per = self._chunks_per_server(plan)
-                msg = self.outs.message(per)
+            if self.outs is not None and sampled:  # several API servers: a message to each that holds some
+                per, sent_per, msg = self._server_parts(k, plan)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -325,7 +333,7 @@ class Run:
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
             elif per is not None:  # each receives its part (and detokenizes it), then streams
-                st0 = self.outs.play(k, sent, per, i, s2 + det, e)
+                st0 = self.outs.play(k, sent, per, i, s2 + det, e, sent_per)
             else:
                 st0 = clocks.stream(k, e, chunks, self._chunks_per_server(plan))
             if shared:  # the API server's clock is the engine's
@@ -347,6 +355,8 @@ class Run:
         gen0, N = self.gen0[slot], self.every
         ph = self.phase[slot] = k % N if gen0 == 0 else (self.streamed0[slot] - gen0 - 1 + k) % N
         self.scnt[ph] += 1
+        if self.scnt_api is not None:
+            self.scnt_api[self.api[slot]][ph] += 1
 
     def _chunks(self, k: int, plan) -> int:
         """With a stream interval above 1, the chunks step ``k`` streams: the decodes in their phase, those
@@ -356,13 +366,42 @@ class Run:
         chunks = self.scnt[k % N] + sum(1 for slot in self.ending.get(k, ()) if phase[slot] != k % N)
         if plan is None:
             return chunks
-        t = self.o.e.table
+        return chunks + sum(streams for _, streams in self._first_streams(plan))
+
+    def _first_streams(self, plan) -> list:
+        """The prefills step ``plan`` completes, each (request, whether its first token streams: a first
+        token ever, a last one, or the N-th since the request's last chunk)."""
+        if plan is None:
+            return []
+        t, N = self.o.e.table, self.every
         firsts = [(self.gen0[self.partial], self.streamed0[self.partial], self.rid[self.partial])] if plan.p_done else []
         firsts += [(int(t.generated[rid]), int(t.streamed[rid]), rid) for rid, target, n, c in plan.admit
                    if c + n >= target]
-        for gen0, streamed, rid in firsts:
-            chunks += gen0 == 0 or gen0 + 1 - streamed >= N or gen0 + 1 >= t.output[rid]
-        return chunks
+        return [(rid, bool(gen0 == 0 or gen0 + 1 - streamed >= N or gen0 + 1 >= t.output[rid]))
+                for gen0, streamed, rid in firsts]
+
+    def server_chunks(self, phase_k: int, ending, firsts) -> list:
+        """With several API servers and a stream interval above 1, each one's chunks of a step: its decodes
+        in phase ``phase_k``, its slots among ``ending`` (their last token) out of it, and its prefills among
+        ``firsts`` (:meth:`_first_streams`) whose first token streams."""
+        out = [row[phase_k] for row in self.scnt_api]
+        phase, api, nserv = self.phase, self.api, len(out)
+        for slot in ending:
+            if phase[slot] != phase_k:
+                out[api[slot]] += 1
+        for rid, streams in firsts:
+            out[rid % nserv] += streams
+        return out
+
+    def _server_parts(self, k: int, plan) -> tuple:
+        """With several API servers, step ``k``'s outputs per server: (the requests that emit, those that
+        stream, the engine's seconds to send the messages: one per server that holds some entries, the
+        emitting requests' ids where the API servers detokenize, else the streaming ones' outputs)."""
+        per = self._chunks_per_server(plan)
+        if self.every == 1:
+            return per, per, self.outs.message(per)
+        sent = self.server_chunks(k % self.every, self.ending.get(k, ()), self._first_streams(plan))
+        return per, sent, self.outs.message(per if self.in_api else sent)
 
     def _streamed(self, chunks: int, msg: float, recv: float) -> tuple:
         """A step's outputs' work where ``chunks`` of them stream (a stream interval above 1): the output
@@ -478,7 +517,7 @@ class Run:
         clocks = self.clocks = _Clocks(eng, self.o.fe)
         if self.sep:
             self.detok = DetokClock(eng)
-        if not clocks.single and (self.ipc or self.in_api or self.lagged):
+        if not clocks.single and (self.ipc or self.in_api or self.lagged or self.every > 1):
             self.outs = ServerOutputs(eng, self.o.fe, clocks, self.in_api)
         intake = self.intake = _Intake(self.o.fe, eng.table, clocks, eng if self.ipc else None)
         return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
@@ -571,6 +610,8 @@ class Run:
             cnt[rho[slot]] -= 1
             if self.every > 1:
                 self.scnt[self.phase[slot]] -= 1
+                if self.scnt_api is not None:
+                    self.scnt_api[self.api[slot]][self.phase[slot]] -= 1
             kv_free += self._freed(slot, after)
             self.finished.append(slot)
             if self.nd_api is not None:

@@ -51,6 +51,7 @@ class LaggedRun(Run):
             phase = [N - 1 if gen0[j] == 0 else (self.streamed0[j] - gen0[j] - 2) % N for j in range(n)]
             self.phase[:n] = phase
             self.scnt = np.bincount(np.asarray(phase, dtype=np.int64), minlength=N).tolist()
+            self.server_phases(n)
         self.prefilling = prefilled  # the slots whose first token the pending step made from a prefill
         self.pending = pending
         if len(pending.only_prefill):
@@ -85,6 +86,15 @@ class LaggedRun(Run):
         N, phase = self.every, self.phase
         chunks = self.scnt[p % N] + sum(1 for j in self.ending.get(p + 1, ()) if phase[j] != p % N)
         return (chunks, *self._streamed(chunks, msg, recv))
+
+    def _server_sends(self, k: int, per: list) -> tuple:
+        """With several API servers, the outputs of step ``k - 1`` (``per``: its emitting requests per server):
+        (those that stream, per server; the seconds to send their messages: the ids of all where the API
+        servers detokenize, else the streaming ones' outputs)."""
+        if self.every == 1:
+            return per, self.outs.message(per)
+        sent = self.server_chunks((k - 1) % self.every, self.ending.get(k, ()), ())
+        return sent, self.outs.message(per if self.in_api else sent)
 
     def _processed(self) -> None:
         """The step before the one just scheduled is processed: with SGLang's caching after the step, its
@@ -124,7 +134,7 @@ class LaggedRun(Run):
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
         parts, later, every, sep, outs = self.parts, self.later, self.every, self.sep, self.outs
-        per = list(self.nd_api) if outs is not None else None  # with several API servers: each one's outputs of the step before
+        per = sent_per = list(self.nd_api) if outs is not None else None  # several API servers: each one's outputs of the step before
         apart = in_api or later or sep  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
         a0_p = float(eng.steps.gather(np.array([p.index]), ("a0",))[0][0])  # its done event: made at its launch
@@ -153,7 +163,7 @@ class LaggedRun(Run):
             chunks, out, dur, msg, recv = (self._streamed_of(k - 1, msg, recv) if every > 1 and tokens
                                            else (tokens, out, dur, msg, recv))  # those of step k-1 that stream
             if outs is not None and tokens:  # a message to each API server that holds some
-                msg = outs.message(per)
+                sent_per, msg = self._server_sends(k, per)
             s2, e, sent, ss, resume, after, i, det = (self._outputs(at, ready, woke, pd1, chunks, tokens, det, out, msg)
                                                       if tokens else (woke, woke, woke, woke, woke, ready, pd1, det))
             if later:  # async output processing: the loop goes on once step k's ids are on the host
@@ -171,7 +181,8 @@ class LaggedRun(Run):
                 intake.tokenize(sent if apart else resume)
             x = st0 = 0.0
             if outs is not None:  # several API servers: each receives its part (and detokenizes it), then streams
-                st0, per = outs.play(k, sent, per if tokens else (), i, s2 + det, e), self._live_per_server(k, plan)
+                st0 = outs.play(k, sent, per if tokens else (), i, s2 + det, e, sent_per)
+                per = self._live_per_server(k, plan)
             elif tokens:
                 if in_api:  # the API server receives the ids, detokenizes them, builds the outputs
                     i, s2, e = clocks.detokenize(sent, recv, det, out)

@@ -109,18 +109,7 @@ def _record_streamed(run, first_step, times, srv_start, rid, first, last, act, c
     """Every token streamed as it is made (a chunk each): its receipt from its place in its step's
     stream, folded into the ledger as a run (``TokenLedger.fold_run``)."""
     fe, t = run.o.fe, run.o.e.table
-    pc = fe.cpu.stream_per_chunk
-    nserv = len(fe.servers)
-    if nserv == 1:
-        rank = np.cumsum(act, axis=0)  # each request's place among the step's requests, from 1
-        serialized = srv_start[0][step_of] + pc * rank[col, step_of]
-    else:
-        serialized = np.empty(len(col))
-        api = np.asarray(run.api, dtype=np.int64)
-        for j in range(nserv):
-            pos_j = np.cumsum(act & (api == j)[:, None], axis=0)
-            sel = api[col] == j
-            serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
+    serialized = _serialized(run, srv_start, act, col, step_of)
     ntok = np.ones(len(col), dtype=np.int64)  # every token is sent as it is made
     received = fe.receipt_time(serialized, ntok)
     t.sent[rid] = t.streamed[rid] = gen0 + emitted
@@ -137,9 +126,27 @@ def _record_streamed(run, first_step, times, srv_start, rid, first, last, act, c
                      rid[col], step_of)
 
 
+def _serialized(run, srv_start, sends, col, step_of):
+    """When each chunk (``sends``: request x step, who streams where; ``col``, ``step_of``: the chunks'
+    requests and steps) was serialized: its API server's stream start that step plus its place among
+    that server's chunks of the step."""
+    fe = run.o.fe
+    pc = fe.cpu.stream_per_chunk
+    if len(fe.servers) == 1:
+        rank = np.cumsum(sends, axis=0)  # each request's place among the step's chunks, from 1
+        return srv_start[0][step_of] + pc * rank[col, step_of]
+    serialized = np.empty(len(col))
+    api = np.asarray(run.api, dtype=np.int64)
+    for j in range(len(fe.servers)):
+        pos_j = np.cumsum(sends & (api == j)[:, None], axis=0)
+        sel = api[col] == j
+        serialized[sel] = np.asarray(srv_start[j])[step_of[sel]] + pc * pos_j[col[sel], step_of[sel]]
+    return serialized
+
+
 def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, step_of, gen0, has, prefilled,
                  firsts) -> None:
-    """With a stream interval N above 1 (one API server): a token streams, with those held since its
+    """With a stream interval N above 1: a token streams, with those held since its
     request's last chunk, where ``Engine._emit``'s rule sends (its first token ever, its last, the N-th
     since its last chunk); a held one is "received" when its output is made, as ``Frontend._deliver``
     records it. The rows go to the ledger as any rows (``TokenLedger.add_run``)."""
@@ -149,9 +156,8 @@ def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, 
     gen = gen0[col] + (step_of - first[col] + 1)  # each row's token: its request's gen-th
     base = np.where(gen0 == 0, 1, streamed0)[col]  # its request's last chunk, or its first token
     send = (gen == 1) | (step_of == np.asarray(run.last, dtype=np.int64)[col]) | ((gen - base) % N == 0)
-    sends = np.zeros(act.shape, dtype=np.int64)
+    sends = np.zeros(act.shape, dtype=bool)
     sends[col, step_of] = send
-    rank = np.cumsum(sends, axis=0)  # each sending request's place among the step's chunks, from 1
     sc, sg, ss = col[send], gen[send], step_of[send]
     head = np.ones(len(sc), dtype=bool)  # each request's first chunk of the run
     head[1:] = sc[1:] != sc[:-1]
@@ -159,10 +165,12 @@ def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, 
     before[1:] = sg[:-1]
     before[head] = streamed0[sc[head]]
     ntok = sg - before
-    received = fe.receipt_time(srv_start[0][ss] + fe.cpu.stream_per_chunk * rank[sc, ss], ntok)
-    R = times["e"][step_of].astype(float)
+    received = fe.receipt_time(_serialized(run, srv_start, sends, sc, ss), ntok)
+    # several API servers: each row's milestones its server's (``api_runs``); else its step's
+    marks = run.outs.row_marks(step_of, np.asarray(run.api, dtype=np.int64)[col]) if run.outs is not None else {}
+    R = (marks["e"] if marks else times["e"][step_of]).astype(float)
     R[send] = received
-    x = times["x"][step_of].astype(float)
+    x = (marks["x"] if marks else times["x"][step_of]).astype(float)
     x[~send] = R[~send]
     tokens = np.zeros(len(col), dtype=np.int64)
     tokens[send] = ntok
@@ -177,7 +185,7 @@ def _record_held(run, first_step, times, srv_start, rid, first, last, act, col, 
     for slot in has[firsts].tolist():  # a first token ever streams at once
         t.first_R[rid[slot]] = first_of[slot]
     fe.rows.add_run(first_step, times, first[has], last[has], prefilled, run.prefill_rows, R, rid[col], step_of,
-                    kind=kind, tokens=tokens, marks={"x": x})
+                    kind=kind, tokens=tokens, marks={**marks, "x": x})
 
 
 def _record_state(run, k: int, rid, gen0) -> None:

@@ -68,8 +68,8 @@ ENGINE_CONDITIONS: dict[str, Callable] = {
     "a step of lag (overlap: async or async_output) only with the API servers in their own processes":
         lambda e, open_loop, n: e.sv.overlap == "sync" or not e.sink.sv.shared,
     "no long-prefill token threshold": lambda e, open_loop, n: e.sv.long_prefill_token_threshold == 0,
-    "a stream interval above 1 only with one API server in its own process":
-        lambda e, open_loop, n: e.sv.stream_interval == 1 or (len(e.sink.servers) == 1 and not e.sink.sv.shared),
+    "a stream interval above 1 only with the API servers in their own processes":
+        lambda e, open_loop, n: e.sv.stream_interval == 1 or not e.sink.sv.shared,
     "the roofline's step time (no hardware.step_time)": lambda e, open_loop, n: e.cost.step_time is None,
 }
 """What a run needs of the engine beyond its serving keys: condition -> whether ``engine`` meets it."""
