@@ -5,8 +5,9 @@ With several API servers, a step's outputs are split by server (request ``rid`` 
 ``rid % n``'s): the engine, or the process that detokenizes, sends one message per server that holds
 some (``Engine.send_outputs``), and each such server, in server order, receives its part (where
 messages cost), detokenizes it and builds its outputs (where it detokenizes:
-``Frontend.stream_with_detok``), then streams one chunk per request (``Frontend.stream``). :class:`ServerOutputs` plays those tasks on each server's clock
-with :meth:`~simulator.hardware.cpu.CPUProcess.submit`'s rule (a task queued at the outputs' arrival
+``Frontend.stream_with_detok``), then streams one chunk per request that streams
+(``Frontend.stream``). :class:`ServerOutputs` plays those tasks on each server's clock with
+:meth:`~simulator.hardware.cpu.CPUProcess.submit`'s rule (a task queued at the outputs' arrival
 starts once the server is free; one that costs nothing is not booked, but for the detokenization),
 in the run's time order with the servers' tokenizations, and keeps each (step, server)'s milestones
 for its rows: its tokens differ from the other servers' in when they were received, detokenized
