@@ -100,14 +100,10 @@ class BlockPool:
         in the run not yet granted here): they are granted, then released as :meth:`release` releases
         them (its cached prefix units back to the cache, in its order). Returns the private blocks
         freed."""
-        gained = blocks - int(self.table.blocks[rid])
-        self.free -= gained
-        self.private += gained
-        private = blocks - (self._unshare(rid) if self.cache is not None else 0)
-        self.free += private
-        self.private -= private
-        self.table.blocks[rid] = 0
-        return private
+        self.settle(np.array([rid]), np.array([blocks]))
+        before = self.free
+        self.release(rid)
+        return self.free - before
 
     def _unshare(self, rid: int) -> int:
         self.cache.release(rid)

@@ -300,7 +300,8 @@ class Run:
                 chunks = self._chunks(k, plan)
                 out, dur, msg, recv = self._streamed(chunks, msg, recv)
             if self.outs is not None and sampled:  # several API servers: a message to each that holds some
-                per, sent_per, msg = self._server_parts(k, plan)
+                per = self._chunks_per_server(plan)
+                sent_per, msg = self.server_sends(per, k % every, self.ending.get(k, ()), plan)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
@@ -393,15 +394,15 @@ class Run:
             out[rid % nserv] += streams
         return out
 
-    def _server_parts(self, k: int, plan) -> tuple:
-        """With several API servers, step ``k``'s outputs per server: (the requests that emit, those that
-        stream, the engine's seconds to send the messages: one per server that holds some entries, the
+    def server_sends(self, per: list, phase_k: int, ending, plan=None) -> tuple:
+        """With several API servers, a step's outputs whose emitting requests per server are ``per``: (those
+        that stream, per server: :meth:`server_chunks` of phase ``phase_k``, ``ending`` and the prefills
+        ``plan`` completes; the seconds to send the messages, one per server that holds some entries: the
         emitting requests' ids where the API servers detokenize, else the streaming ones' outputs)."""
-        per = self._chunks_per_server(plan)
         if self.every == 1:
-            return per, per, self.outs.message(per)
-        sent = self.server_chunks(k % self.every, self.ending.get(k, ()), self._first_streams(plan))
-        return per, sent, self.outs.message(per if self.in_api else sent)
+            return per, self.outs.message(per)
+        sent = self.server_chunks(phase_k, ending, self._first_streams(plan))
+        return sent, self.outs.message(per if self.in_api else sent)
 
     def _streamed(self, chunks: int, msg: float, recv: float) -> tuple:
         """A step's outputs' work where ``chunks`` of them stream (a stream interval above 1): the output

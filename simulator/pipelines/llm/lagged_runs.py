@@ -87,15 +87,6 @@ class LaggedRun(Run):
         chunks = self.scnt[p % N] + sum(1 for j in self.ending.get(p + 1, ()) if phase[j] != p % N)
         return (chunks, *self._streamed(chunks, msg, recv))
 
-    def _server_sends(self, k: int, per: list) -> tuple:
-        """With several API servers, the outputs of step ``k - 1`` (``per``: its emitting requests per server):
-        (those that stream, per server; the seconds to send their messages: the ids of all where the API
-        servers detokenize, else the streaming ones' outputs)."""
-        if self.every == 1:
-            return per, self.outs.message(per)
-        sent = self.server_chunks((k - 1) % self.every, self.ending.get(k, ()), ())
-        return sent, self.outs.message(per if self.in_api else sent)
-
     def _processed(self) -> None:
         """The step before the one just scheduled is processed: with SGLang's caching after the step, its
         prefix units join the cache; the units of the step just scheduled wait for the next iteration."""
@@ -163,7 +154,7 @@ class LaggedRun(Run):
             chunks, out, dur, msg, recv = (self._streamed_of(k - 1, msg, recv) if every > 1 and tokens
                                            else (tokens, out, dur, msg, recv))  # those of step k-1 that stream
             if outs is not None and tokens:  # a message to each API server that holds some
-                sent_per, msg = self._server_sends(k, per)
+                sent_per, msg = self.server_sends(per, (k - 1) % every, ending.get(k, ()))  # step k-1's
             s2, e, sent, ss, resume, after, i, det = (self._outputs(at, ready, woke, pd1, chunks, tokens, det, out, msg)
                                                       if tokens else (woke, woke, woke, woke, woke, ready, pd1, det))
             if later:  # async output processing: the loop goes on once step k's ids are on the host
