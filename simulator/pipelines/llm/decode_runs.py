@@ -283,7 +283,7 @@ class Run:
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, single = clocks.srv[0], clocks.single
         ending, S, nd, shared, in_api = self.ending, self.S, self.nd, self.shared, self.in_api
-        sep = self.sep
+        sep, outs, after_step = self.sep, self.outs, self.after_step
         apart = in_api or sep  # the outputs reach the API server after the engine's loop went on
         rows, k, special, every = [], 0, intake.mode is not None or in_api or sep, self.every
         while k < MAX_STEPS:
@@ -299,7 +299,7 @@ class Run:
             if every > 1:  # only the requests that stream this step have outputs built and streamed
                 chunks = self._chunks(k, plan)
                 out, dur, msg, recv = self._streamed(chunks, msg, recv)
-            if self.outs is not None and sampled:  # several API servers: a message to each that holds some
+            if outs is not None and sampled:  # several API servers: a message to each that holds some
                 per = self._chunks_per_server(plan)
                 sent_per, msg = self.server_sends(per, k % every, self.ending.get(k, ()), plan)
             start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
@@ -334,14 +334,14 @@ class Run:
                     x = st0 = clocks.receive(st0, recv)
                 srv0[0] = st0 + dur
             elif per is not None:  # each receives its part (and detokenizes it), then streams
-                st0 = self.outs.play(k, sent, per, i, s2 + det, e, sent_per)
+                st0 = outs.play(k, sent, per, i, s2 + det, e, sent_per)
             else:
                 st0 = clocks.stream(k, e, chunks, self._chunks_per_server(plan))
             if shared:  # the API server's clock is the engine's
                 free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled, chunks))
-            if self.after_step:  # the step is processed: its units join the cache, before anyone leaves
+            if after_step:  # the step is processed: its units join the cache, before anyone leaves
                 self.registered(sched.take_registrations())
             kv_free, S = free_kv, S + nd  # the requests' state after the step
             if k in ending or plan is not None:

@@ -124,7 +124,7 @@ class LaggedRun(Run):
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
         srv0, ending, S, nd, ipc, in_api = clocks.srv[0], self.ending, self.S, self.nd, self.ipc, self.in_api
-        parts, later, every, sep, outs = self.parts, self.later, self.every, self.sep, self.outs
+        parts, later, every, sep, outs, after_step = self.parts, self.later, self.every, self.sep, self.outs, self.after_step
         per = sent_per = list(self.nd_api) if outs is not None else None  # several API servers: each one's outputs of the step before
         apart = in_api or later or sep  # the outputs reach the API server after the loop went on
         p = self.pending  # the step in flight: its copy's end, its done event, the tokens its outputs carry
@@ -187,7 +187,7 @@ class LaggedRun(Run):
                 intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
                          nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, chunks))
-            if self.after_step:  # step k-1 is processed: its units join the cache, before anyone leaves
+            if after_step:  # step k-1 is processed: its units join the cache, before anyone leaves
                 self._processed()
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped
             kv_free, S = free_kv, S + nd
