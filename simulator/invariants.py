@@ -24,6 +24,9 @@ INVARIANTS = {
                         "every one (frontend.Frontend.on_finish; every finish)",
     "STEP_ORDERED": "a step's times are ordered: submitted <= started <= scheduled <= GPU start <= GPU end <= "
                     "copied (engine; every step in debug runs)",
+    "COMM_UNQUEUED": "a step's TP/PP traffic booked in closed form finds its ports free: the traffic before it "
+                     "ended by the time its kernels end (links.ReplicaLinks; every closed-form run, every step in "
+                     "debug runs)",
     "BREAKDOWN_SUMS": "a request's latency breakdown sums to its E2E (observe.llm_metrics; each request "
                       "in debug runs, the totals in every run)",
 }

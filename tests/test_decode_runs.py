@@ -75,7 +75,7 @@ def trace_scenario(trace: str, requests: int, rate: str = "4/s", **extra) -> dic
            "workload": {"requests": requests, "arrival": "poisson", "rate": rate,
                         "trace": f"{TRACES}/{trace}", "over_context": "truncate_prompt"}}
     for k, v in extra.items():
-        raw[k] = {**raw.get(k, {}), **v}
+        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) else v
     return raw
 
 
@@ -125,6 +125,32 @@ def test_runs_with_the_last_mile_free_copy_nothing(coalesced):
     assert coalesced[0] > 0
     assert_same(a, b)
     assert list(a.spans["name"]) == list(b.spans["name"]) and "d2h" not in set(b.spans["name"])
+
+
+@pytest.mark.parametrize("model, gpu, parallel, serving, spans", [
+    ("llama-2-7b", "a100-sxm-80g", {"tp": 2}, {}, False),
+    ("llama-2-7b", "a100-sxm-80g", {"tp": 2}, {}, True),
+    # TP and PP: each stage's all-reduces, then its activations to the next stage, with vLLM V1's layout
+    ("llama-2-70b", "h100-sxm", {"tp": 4, "pp": 2}, {"engine": "vllm-v1"}, False),
+    ("llama-2-70b", "h100-sxm", {"tp": 4, "pp": 2}, {"engine": "vllm-v1"}, True),
+    # DP attention's expert all-to-alls instead of all-reduces, with SGLang's own layout
+    ("deepseek-v3", "h200", {"tp": 8, "expert_parallel": True, "dp_attention": True}, {"engine": "sglang"}, False)])
+def test_runs_reproduce_a_sole_replicas_tp_and_pp_traffic(model, gpu, parallel, serving, spans, coalesced):
+    # one replica alone on its topology books its steps' traffic on its own NVLink ports in closed form:
+    # the stepped engine and the runs book the same transfers, with the same ports' busy time and spans
+    raw = trace_scenario("splitwise_conv.csv", 150, "6/s", model=model, hardware={"gpu": gpu}, parallel=parallel,
+                         serving=serving)
+    if model == "deepseek-v3":
+        raw["dtype"] = "fp8"
+    a, b = both(raw, record_spans=spans)
+    assert coalesced[0] > 0.5 * a.summary["steps"]
+    assert_same(a, b)
+    assert b.summary["breakdown_share"]["comm"] > 0
+    assert b.summary["utilization"]["link:gpu1.nvlink.tx"] > 0
+    if spans:
+        sa, sb = a.spans, b.spans
+        assert list(sa["track"]) == list(sb["track"]) and list(sa["name"]) == list(sb["name"])
+        assert np.abs(sa["end"].to_numpy() - sb["end"].to_numpy()).max() <= 1e-9
 
 
 SYNC_IN_ENGINE = {"overlap": "sync", "detokenizer": "engine", "api_server_process": "own", "stream_interval": 1}
@@ -381,6 +407,8 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
                                     # a stream interval with the API server in the engine's process
                                     {"serving.stream_interval": 4, "serving.api_server_process": "engine"},
                                     {"parallel.replicas": 2},
+                                    # TP on PCIe: its all-reduces share the sampled ids' port, as flows
+                                    {"hardware.gpu": "l40s", "dtype": "fp8", "parallel.tp": 2},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):
@@ -412,11 +440,11 @@ def test_decode_time_is_the_step_cost_to_the_last_bit(model, tp, pp, extra):
 
 @st.composite
 def covered_set_ups(draw):
-    """A single-GPU scenario drawn from the settings closed-form runs cover (``run_support``): CPU
+    """A one-replica scenario drawn from the settings closed-form runs cover (``run_support``): CPU
     costs, inter-process messages, where the API server runs and who detokenizes, async scheduling, batch and token
     budgets, block sizes, API servers, chunked prefill, a small KV pool that preempts, the decode
     attention layout, the SSE chunk sizes, the counterfactual's free last mile, a prefix cache over
-    shared system prompts; arrivals and token counts drawn too."""
+    shared system prompts, TP over NVLink; arrivals and token counts drawn too."""
     gpu = draw(st.sampled_from(["a100-sxm-80g", "h100-sxm", "l40s"]))
     long_prompts = draw(st.booleans())
     ipc = draw(st.booleans())  # requests and outputs cross between processes as messages
@@ -454,8 +482,10 @@ def covered_set_ups(draw):
         serving["prefix_cache_insert"] = draw(st.sampled_from(["allocate", "after_step"]))
         prefix = {"prefix": {"shared_tokens": draw(st.sampled_from([64, 400])), "groups": draw(st.integers(1, 4)),
                              "block_tokens": draw(st.sampled_from([16, 24, 64]))}}
+    # tensor parallelism over NVLink: the step's all-reduces booked on the replica's own ports
+    tp = 1 if gpu == "l40s" else draw(st.sampled_from([1, 2]))
     return {"name": "random", "model": draw(st.sampled_from(["llama-2-7b", "llama-3-8b"])),
-            "record_spans": draw(st.booleans()),
+            "record_spans": draw(st.booleans()), "parallel": {"tp": tp},
             "dtype": "fp8" if gpu == "l40s" else "fp16", "hardware": {"gpu": gpu, "cpu": cpu}, "serving": serving,
             "seed": draw(st.integers(0, 1000)),
             "workload": {"requests": 100, "arrival": draw(st.sampled_from(["poisson", "gamma"])),

@@ -110,6 +110,32 @@ def test_allreduce_capped_at_bus_bandwidth_matches_the_closed_form():
     assert env.now == pytest.approx(2 * 3 * allreduce_time(1e6, 4, 300e9, NV.latency), rel=1e-12)
 
 
+def test_a_sole_replicas_comm_is_booked_with_the_times_of_flows_alone():
+    """One replica alone on its topology books its step's traffic on reserved ports: every transfer
+    ends when the same transfer as a Fabric flow alone ends, to the bit, and its ports keep the same
+    busy time and bytes; the chain's pure form (``comm_end``) gives the same end."""
+    sc = load_scenario({"model": "llama-3-70b", "hardware": {"gpu": "h100-sxm"}, "parallel": {"tp": 4, "pp": 2}})
+    cost = build_cost(sc)
+    flows_env, booked_env = simpy.Environment(), simpy.Environment()
+    stages = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    flows = ReplicaLinks(Topology.from_hardware(flows_env, sc.hardware, 8), stages, sc.model.layers, cost.activation_bytes,
+                         cost.collective_parts)
+    booked = ReplicaLinks(Topology.from_hardware(booked_env, sc.hardware, 8), stages, sc.model.layers,
+                          cost.activation_bytes, cost.collective_parts, sole=True)
+    assert booked.comm_booked and not flows.comm_booked
+    log = []
+    _run(flows_env, log, "comm", flows.step_comm(256, "s"))
+    flows_env.run()
+    end = booked.book_comm(256, "s", 0.0)
+    assert log == [("comm", end)] and booked.comm_end(256, 0.0) == end
+    assert end == pytest.approx(cost.comm_time(256), rel=1e-12)
+    for name, port in flows.fabric.ports.items():
+        other = booked.fabric.ports[name]
+        assert (other.busy_time, other.bytes_moved) == pytest.approx((port.busy_time, port.bytes_moved), rel=1e-12)
+    with pytest.raises(ValueError, match="reserved"):  # nothing else may cross its ports
+        next(booked.fabric.move([booked.fabric.ports["gpu0.nvlink.tx"]], 1.0))
+
+
 def test_tp_run_trace_has_nvlink_and_host_link_tracks():
     r = simulator.run("scenarios/llm/llama3_70b_tp4_h100.yaml",
                       overrides={"workload.requests": 8, "workload.output_tokens": 4})

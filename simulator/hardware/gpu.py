@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .ops import Op
 
@@ -38,18 +38,24 @@ def _exposed_warp_specialized(compute: float, memory: float, waves: int, k_stage
 
 
 GEMM_MAINLOOPS = {"multistage": _exposed_multistage, "warp_specialized": _exposed_warp_specialized}
-
-
-def step_window(ready: float, gpu_free: float, compute: float, launched: float) -> tuple[float, float]:
-    """A step's (start, end) on its GPU: its kernels run as they are launched, so it starts once
-    scheduled (``ready``) and the GPU is free, takes ``compute`` seconds, and cannot end before its
-    last launch (``launched``). The one closed form of a step's GPU time (the engine's closed-form
-    step and the closed-form decode runs call it)."""
-    g0 = ready if ready > gpu_free else gpu_free
-    g1 = g0 + compute
-    return g0, launched if launched > g1 else g1
 """How much of a GEMM's memory and math fails to overlap, by the main loop its GPU's kernels run
 (``gemm_mainloop`` in the GPU catalog)."""
+
+
+def step_window(ready: float, gpu_free: float, compute: float, launched: float,
+                comm: Callable[[float], float] | None = None) -> tuple[float, float, float]:
+    """A step's (start, end) on its GPU and its communication's seconds: its kernels run as they are
+    launched, so it starts once scheduled (``ready``) and the GPU is free, takes ``compute`` seconds,
+    then its TP/PP communication (``comm``: when it ends, from when it begins; none without), and
+    cannot end before its last launch (``launched``). The one closed form of a step's GPU time (the
+    engine's closed-form step and the closed-form decode runs call it)."""
+    g0 = ready if ready > gpu_free else gpu_free
+    g1 = g0 + compute
+    seconds = 0.0
+    if comm is not None:
+        end = comm(g1)
+        seconds, g1 = end - g1, end
+    return g0, (launched if launched > g1 else g1), seconds
 
 
 @dataclass(frozen=True)

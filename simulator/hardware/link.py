@@ -31,6 +31,11 @@ def booked_copy(booked_until: float, issued: float, latency: float, seconds: flo
     return begin, begin + seconds
 
 
+def flow_rate(ports, max_rate: float = float("inf")) -> float:
+    """The rate of a flow alone on ``ports``: its narrowest port's bandwidth, or its own cap if lower."""
+    return min(min(p.bandwidth for p in ports), max_rate)
+
+
 @dataclass(eq=False)
 class Port:
     """One direction of one physical link endpoint, with its accounting.
@@ -128,9 +133,11 @@ class Fabric:
                 raise ValueError(f"port {p.name!r} carries flows and cannot be reserved")
             p.reserved = True
 
-    def book(self, ports: Sequence[Port], nbytes: float, latency: float, label: str, start: float) -> float:
+    def book(self, ports: Sequence[Port], nbytes: float, latency: float, label: str, start: float,
+             max_rate: float = float("inf")) -> float:
         """A copy on reserved ``ports`` issued at ``start``: after the previous booked copy and the
-        latency, ``nbytes`` at the narrowest port's bandwidth; returns when it ends.
+        latency, ``nbytes`` at the narrowest port's bandwidth (or the flow's own ``max_rate``, if
+        lower); returns when it ends.
 
         The same times as :meth:`move` gives a flow alone on its ports, in one function call."""
         if not all(p.reserved for p in ports):
@@ -138,7 +145,7 @@ class Fabric:
         booked = max((p.booked_until for p in ports), default=start)
         if nbytes <= 0 or not ports:
             return booked_copy(booked, start, latency, 0.0)[0]
-        seconds = copy_seconds(nbytes, min(p.bandwidth for p in ports))
+        seconds = copy_seconds(nbytes, flow_rate(ports, max_rate))
         begin, end = booked_copy(booked, start, latency, seconds)
         rec = self.recorder
         for p in ports:
@@ -206,7 +213,7 @@ class Fabric:
         """
         if len(self._flows) == 1:  # alone: its narrowest port or its own cap (the common case: one D2H)
             f = self._flows[0]
-            f.rate = min(min(p.bandwidth for p in f.ports), f.max_rate)
+            f.rate = flow_rate(f.ports, f.max_rate)
             return
         cap = {p: p.bandwidth for f in self._flows for p in f.ports}
         count = {p: 0 for p in cap}

@@ -4,7 +4,8 @@ In an engine whose every step is a closed form of its batch (which set-ups those
 key's owning module declares in ``run_support``, with the engine's own conditions there: today
 any overlap (a step of lag with async scheduling or async output processing: ``lagged_runs``),
 detokenization in the engine, the API server or a process of its own (``detok_runs``), any stream
-interval, one replica, an open-loop workload, a GPU with no step communication, no CPU-core
+interval, one replica, an open-loop workload, a step whose TP/PP traffic is booked on ports of its own
+(``ReplicaLinks.comm_booked``: one replica alone on its topology, over NVLink), no CPU-core
 contention, no speculative decoding or host KV tier, any prefix cache (``_Admission``); several API
 servers' parts of the outputs: ``api_runs``),
 nothing outside the engine changes its world but the requests arriving, and their arrival times
@@ -38,6 +39,7 @@ same spans, each track's in time order (the spans frame is in time order, whoeve
 from __future__ import annotations
 
 import heapq
+from functools import partial
 from itertools import chain
 from typing import NamedTuple
 
@@ -55,13 +57,14 @@ from .scheduler import admit_waiting
 from .settings import detokenize_cost, outputs_cost, schedule_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
-       "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "batch", "decodes", "prefill tokens",
-       "KV blocks used", "sampled", "decode context", "emitted", "chunks")
+       "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "comm start", "batch", "decodes",
+       "prefill tokens", "KV blocks used", "sampled", "decode context", "emitted", "chunks")
 """A run's step row: the step's times (its done event a0 .. outputs made e, the first API server's stream
 start, the engine process's start and launch end, the copy's begin, the detokenization's start), its CPU
 work (scheduling and launch, detokenization, output objects), when its outputs were sent and were at the
 first API server (its message received there: ``x``), when their message began to be sent, when they were
-at the process that detokenizes them (``i``), then its counts (the last: the tokens its outputs carry).
+at the process that detokenizes them (``i``), when its TP/PP communication began (its kernels' end), then
+its counts (the last: the tokens its outputs carry).
 Where the API server detokenizes, the detokenization's start, its work, the outputs' and ``e`` are the
 API server's. With a step of lag (``lagged_runs``), a row's outputs are the step before's. Its last
 count: the chunks the step streams (its emitting requests', but for a stream interval above 1)."""
@@ -82,16 +85,17 @@ MAX_STEPS = 256
 
 
 def launch(a0: float, free: float, gpu_free: float, booked: float, sched: float, sched_launch: float,
-           compute: float, lat: float, secs: float) -> tuple:
+           compute: float, lat: float, secs: float, comm_end=None, tokens: int = 0) -> tuple:
     """A step submitted at ``a0`` to its engine's process (free from ``free``), as the engine launches
     it: scheduled after ``sched`` seconds and launched after ``sched_launch``; its GPU work from then
-    (or once the GPU is free, at ``gpu_free``) for ``compute`` seconds, never ending before its last
-    launch; its sampled ids copied on the booked port (``booked``: busy until; ``lat``, ``secs``: the
-    copy's latency and time). Returns (start, launched, scheduled, GPU start, GPU end, copy begin, copied)."""
+    (or once the GPU is free, at ``gpu_free``) for ``compute`` seconds, then its communication for
+    ``tokens`` tokens (``comm_end``: its end from its start, none without), never ending before its last launch; its sampled
+    ids copied on the booked port (``booked``: busy until; ``lat``, ``secs``: the copy's latency and
+    time). Returns (start, launched, scheduled, GPU start, GPU end, copy begin, copied)."""
     start = a0 if a0 > free else free
     launched = start + sched_launch
     a1 = start + sched
-    g0, g1 = step_window(a1, gpu_free, compute, launched)
+    g0, g1, _ = step_window(a1, gpu_free, compute, launched, partial(comm_end, tokens) if comm_end else None)
     return (start, launched, a1, g0, g1, *booked_copy(booked, g1, lat, secs))
 
 
@@ -281,7 +285,7 @@ class Run:
         eng, sched, horizon = self.o.e, self.o.e.sched, self.o.horizon
         lat, booked, decode_time, clocks, intake = self._begin()
         free, gpu_free, kv_free, kv_total = eng.proc.free_at, eng.gpu_free, sched.pool.free, sched.pool.total
-        srv0, single = clocks.srv[0], clocks.single
+        srv0, single, comm_end = clocks.srv[0], clocks.single, self.comm_end
         ending, S, nd, shared, in_api = self.ending, self.S, self.nd, self.shared, self.in_api
         sep, outs, after_step = self.sep, self.outs, self.after_step
         apart = in_api or sep  # the outputs reach the API server after the engine's loop went on
@@ -302,7 +306,8 @@ class Run:
             if outs is not None and sampled:  # several API servers: a message to each that holds some
                 per = self._chunks_per_server(plan)
                 sent_per, msg = self.server_sends(per, k % every, self.ending.get(k, ()), plan)
-            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
+            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs,
+                                                            comm_end, nd + new_tokens)
             t_done = s2 = e = sent = ss = i = resume = a0 + (d1 - a0)  # the step's done event
             if sampled:
                 if special:  # messages, one clock with the API server, detokenizing elsewhere
@@ -340,7 +345,7 @@ class Run:
             if shared:  # the API server's clock is the engine's
                 free = srv0[0]
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled, chunks))
+                         g0 + compute, nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, sampled, chunks))
             if after_step:  # the step is processed: its units join the cache, before anyone leaves
                 self.registered(sched.take_registrations())
             kv_free, S = free_kv, S + nd  # the requests' state after the step
@@ -512,6 +517,7 @@ class Run:
         decode step's closed form, the API servers' clocks, the arrivals' intake."""
         eng = self.o.e
         lat, self.bw_min = eng.links.d2h_terms()
+        self.comm_end = eng.links.comm_end if eng.links.comm_booked else None  # the step's TP/PP traffic, booked
         booked = max(p.booked_until for p in eng.links.d2h_route[0])
         self.gpu_free0 = eng.gpu_free
         self.admission = _Admission(eng.sched, eng.sv.block_size, self.room)
@@ -745,8 +751,10 @@ class Run:
         # x: the outputs made, or at the API server after the outputs' message where one crosses
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
+        comm = self._book_comm(k, first_step, times, counts) if self.comm_end is not None else zeros
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
-                      "comm": zeros, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged or self.sep else d1_, "o": o_, "e": e_,
+                      "comm": comm, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged or self.sep else d1_,
+                      "o": o_, "e": e_,
                       "x": times[:, 15] if self.ipc and not self.in_api else e_,
                       **dict.fromkeys(WAIT_COLUMNS, zeros)}
         waits = self._waits(times, counts, hands)
@@ -763,6 +771,17 @@ class Run:
         require("RUN_MATCHES_POOL", pool.free == kv_free, lambda: f"the run counts {kv_free} free blocks, the pool {pool.free}")
         pool.check()
         return now
+
+    def _book_comm(self, k: int, first_step: int, times, counts):
+        """The steps' TP/PP communication booked on the replica's ports from their kernels' end
+        (``ReplicaLinks.settle_comm``); returns its seconds per step."""
+        links = self.o.e.links
+        rec = links.fabric.recorder
+        nd, new = counts[:, 1], counts[:, 2]
+        labels = None
+        if rec is not None and rec.enabled:
+            labels = [f"step {first_step + j} ({a}d+{b}p)" for j, a, b in zip(range(k), nd.tolist(), new.tolist())]
+        return links.settle_comm(nd + new, times[:, ROW.index("comm start")], labels)
 
     def _waits(self, times, counts, hands) -> dict | None:
         """What each step's scheduling waited behind on the engine's process (``attribution.wait_activity``)

@@ -173,9 +173,10 @@ class Engine:
         self.gpu_busy = 0.0
         self.launch_cost = cost.launch_time(settings.cuda_graphs)
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
-        # Nothing can delay a step once launched (no TP/PP traffic, a booked D2H): its times are
-        # closed forms, computed at launch, whenever the previous step's GPU end is known.
-        self.closed_form = self.links.d2h_booked and not self.links.has_comm
+        # Nothing can delay a step once launched (a booked D2H, its TP/PP traffic none or booked on
+        # ports of its own): its times are closed forms, computed at launch, whenever the previous
+        # step's GPU end is known.
+        self.closed_form = self.links.d2h_booked and (self.links.comm_booked or not self.links.has_comm)
         self._wake = None
         self.runs = None  # a DecodeRuns when this engine may step decode runs in closed form
         self.spec = None  # a SpecDecoder with speculative decoding (set with :meth:`speculate`)
@@ -319,7 +320,7 @@ class Engine:
         prev, self._last = self._last, step
         category = "prefill" if chunks else "decode"
         if self.closed_form and (prev is None or prev.g1 is not None):
-            self._gpu_closed_form(step, a1, launched, compute, sampled, category)
+            self._gpu_closed_form(step, a1, launched, compute, tokens, sampled, category)
         else:
             step.done = env.event()
             env.process(self._run_gpu(step, prev, a1, launched, compute, tokens, sampled, category))
@@ -337,7 +338,10 @@ class Engine:
         g0 = max(a1, self.gpu_free)
         g1 = g0 + compute
         comm = 0.0
-        if self.links.has_comm:
+        if self.links.comm_booked:  # on ports of its own: booked, its end known at once
+            end = self.links.book_comm(tokens, step.label, g1)
+            comm, g1 = end - g1, end
+        elif self.links.has_comm:
             yield env.timeout(g1 - env.now)
             yield from self.links.step_comm(tokens, step.label)
             comm, g1 = env.now - g1, env.now
@@ -349,15 +353,17 @@ class Engine:
         self._copied(step, comm, env.now)
         step.done.succeed()
 
-    def _gpu_closed_form(self, step: Step, a1: float, launched: float, compute: float, sampled: int,
-                         category: str) -> None:
-        """The same step as :meth:`_run_gpu` where nothing can delay it once launched (no TP/PP
-        traffic, a booked D2H, the previous step's GPU end known): its times are computed now and
-        ``step.done`` is one timeout at the copy's end, instead of a process of several events."""
-        g0, g1 = step_window(a1, self.gpu_free, compute, launched)
+    def _gpu_closed_form(self, step: Step, a1: float, launched: float, compute: float, tokens: int,
+                         sampled: int, category: str) -> None:
+        """The same step as :meth:`_run_gpu` where nothing can delay it once launched (a booked D2H,
+        its TP/PP traffic none or booked, the previous step's GPU end known): its times are computed
+        now and ``step.done`` is one timeout at the copy's end, instead of a process of several events."""
+        links = self.links
+        comm = (lambda begin: links.book_comm(tokens, step.label, begin)) if links.comm_booked else None
+        g0, g1, comm_s = step_window(a1, self.gpu_free, compute, launched, comm)
         self._gpu_ran(step, g0, g1, category)
-        d1 = self.links.booked_d2h(sampled, "d2h", g1)
-        self._copied(step, 0.0, d1)
+        d1 = links.booked_d2h(sampled, "d2h", g1)
+        self._copied(step, comm_s, d1)
         step.done = self.env.timeout(d1 - self.env.now)
 
     def _gpu_ran(self, step: Step, g0: float, g1: float, category: str) -> None:

@@ -138,9 +138,9 @@ class LaggedRun(Run):
             got = self._schedule(k, nd, S, kv_free, decode_time)
             if got is None:
                 break
-            plan, free_kv, new_tokens, nchunks, sampled, compute, fixed, ctx = got
-            sched_c, sl, nbytes, secs = fixed[:4]
-            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat, secs)
+            plan, free_kv, new_tokens, nchunks, sampled, compute, (sched_c, sl, nbytes, secs, *_), ctx = got
+            start, launched, a1, g0, g1, begin, d1 = launch(a0, free, gpu_free, booked, sched_c, sl, compute, lat,
+                                                            secs, self.comm_end, nd + new_tokens)
             t_done = a0 + (d1 - a0)
             pd1, p_done, tokens = prev  # then process step k-1: wait for its ids, make its outputs
             woke = p_done if p_done > a0 else a0
@@ -186,7 +186,7 @@ class LaggedRun(Run):
             if later and intake.next_t <= resume:  # then those until the loop goes on
                 intake.tokenize(resume)
             rows.append((a0, a1, g0, g1, d1, e, st0, start, launched, begin, s2, sl, det, out, sent, x, ss, i,
-                         nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, chunks))
+                         g0 + compute, nd + nchunks, nd, new_tokens, kv_total - free_kv, sampled, ctx, tokens, chunks))
             if after_step:  # step k-1 is processed: its units join the cache, before anyone leaves
                 self._processed()
             lag = len(ending.get(k, ()))  # in step k for a token already their last: dropped

@@ -228,6 +228,8 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     host's cores with other work."""
     hw, sv = scenario.hardware, scenario.serving
     plans = plans or plan_pools(scenario)
+    # one replica on a topology of its own: its step's TP/PP traffic is alone on its ports (``ReplicaLinks``)
+    sole = topo is None and sum(q.replicas for q in plans) == 1
     if topo is None:
         topo = Topology.from_hardware(env, hw, sum(q.replicas * q.gpus_per_replica for q in plans), recorder)
     if pool is None:
@@ -241,7 +243,7 @@ def build_serving(env, scenario, specs, plans: list[PoolPlan] | None, recorder: 
     ledger = TokenLedger(table, steps, keep_rows=keep_rows, capacity=max(1024, int(specs.output.sum()) + len(specs)))
     records = Records(steps, ledger, recorder)
     replicas = [_replica(q.first_replica + k, q.scenario, topo, pool, q.cost, recorder,
-                         q.first_gpu + k * q.gpus_per_replica) for q in plans for k in range(q.replicas)]
+                         q.first_gpu + k * q.gpus_per_replica, sole) for q in plans for k in range(q.replicas)]
     if sv.api_server_process == "engine":  # each replica's API server is its engine process
         servers = [r.proc for r in replicas]
     else:
@@ -321,8 +323,9 @@ def _handoff(env, scenario, topo: Topology, table: RequestTable, plans: list[Poo
 
 
 def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostModel, recorder,
-             first: int) -> Replica:
-    """Replica ``k``'s CPU processes and its GPUs (tp x pp, stage by stage, from GPU ``first``) on the topology."""
+             first: int, sole: bool = False) -> Replica:
+    """Replica ``k``'s CPU processes and its GPUs (tp x pp, stage by stage, from GPU ``first``) on the
+    topology (``sole``: the only replica on it)."""
     p, sv = scenario.parallel, scenario.serving
     stages = [[first + s * p.tp + i for i in range(p.tp)] for s in range(p.pp)]
     # other copies share the GPUs' host route: KV offload over the host link, KV transfers routed
@@ -332,7 +335,7 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
                    or (dis is not None and dis.kv_link is None))
     links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.collective_parts, host_shared,
                          sv.last_mile == "free", cost.collectives_per_layer,
-                         "all-to-all" if cost.dp_attention else "all-reduce")
+                         "all-to-all" if cost.dp_attention else "all-reduce", sole)
     # the engine's process keeps what ran on it: its steps' scheduling waits are split by it (observe.attribution)
     engine = CPUProcess(f"engine{k}", pool, recorder, keep_history=True)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
