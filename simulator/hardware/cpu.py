@@ -12,6 +12,7 @@ import bisect
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..observe.spans import SpanRecorder
 
@@ -50,6 +51,8 @@ class CorePool:
             start = _first_gap(core, ready, duration)
             if start < best:
                 best, chosen = start, core
+                if start == ready:  # no core starts before ready, and a tie keeps the lower-numbered
+                    break
         if duration <= 0:
             return best
         bisect.insort(chosen, (best, best + duration))
@@ -60,15 +63,19 @@ class CorePool:
 
 
 def _first_gap(intervals: list, ready: float, duration: float) -> float:
-    """The earliest start at or after ``ready`` at which ``duration`` fits between ``intervals``."""
+    """The earliest start at or after ``ready`` at which ``duration`` fits between ``intervals``. One
+    core's intervals do not overlap, so sorted by start they are sorted by end too: those that ended by
+    ``ready`` are skipped by bisection."""
     t = ready
-    for s, e in intervals:
-        if e <= t:
-            continue
+    for i in range(bisect.bisect_right(intervals, t, key=_END), len(intervals)):
+        s, e = intervals[i]
         if s >= t + duration:
             break
         t = e
     return t
+
+
+_END = itemgetter(1)
 
 
 CORE_TRIM = 64
