@@ -74,9 +74,9 @@ TOLERANCE = {
     # FLUX.1-dev's energy per image: the power within 16%, the image's latency half the measured (notes)
     ("energy_mlenergy_diffusion", "joules_per_image"): (43, 52),  # FLUX on H100 -34%, B200 -52%
     ("energy_mlenergy_diffusion", "gpu_watts"): (12, 16),
-    ("last_mile_engines", "gpu_share"): (55, 55),
-    ("last_mile_engines", "host_share"): (8, 8),
-    ("last_mile_engines", "api_server_share"): (57, 57),
+    ("last_mile_engines", "gpu_share"): (52, 52),
+    ("last_mile_engines", "host_share"): (2, 2),
+    ("last_mile_engines", "api_server_share"): (58, 58),  # 56.7% before V0's eager prefill steps (issue 26)
     ("last_mile_engines", "throughput_ratio"): (30, 51),
     ("last_mile_engines", "step_gap_ms"): (35, 100),
     ("last_mile_engines", "tpot_ms"): (46, 53),

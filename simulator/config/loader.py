@@ -177,10 +177,28 @@ def resolve_engine(raw: dict, resolver: _Resolver) -> dict | None:
                           f"{', '.join(catalog.names('cpus'))}", path="serving.engine.cpu")
     for key, value in defaults.items():
         sv.setdefault(key, value)
+    _lay_kernels(raw, sv, engine.get("kernels"))
     sv["engine"] = engine
     raw["serving"] = sv
     resolver.cpu_base = cpu
     return {"base": cpu, **costs}
+
+
+def _lay_kernels(raw: dict, sv: dict, kernels: Any) -> None:
+    """An engine profile's modelled kernels as defaults of the keys that select them (the scenario's
+    own keys win); a malformed ``kernels`` block is left to the profile's validation."""
+    if not isinstance(kernels, dict):
+        return
+    if "decode_attention" in kernels:
+        sv.setdefault("decode_attention", kernels["decode_attention"])
+    graphs = kernels.get("cuda_graphs")
+    if isinstance(graphs, dict):
+        for key in ("max_tokens", "steps", "sizes"):
+            if key in graphs:
+                sv.setdefault(f"cuda_graph_{key}", graphs[key])
+    parallel = raw.get("parallel")
+    if "allreduce" in kernels and (parallel is None or isinstance(parallel, dict)):
+        raw["parallel"] = {"allreduce": kernels["allreduce"], **(parallel or {})}
 
 
 def resolve_hardware(raw_hw: Any, resolver: _Resolver, cpu: dict | None = None) -> dict:

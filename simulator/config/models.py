@@ -313,6 +313,29 @@ class Disaggregation(Strict):
     transfer: Literal["whole", "layerwise"] = "layerwise"
 
 
+class GraphCapture(Strict):
+    """Which steps an engine replays as a CUDA graph (one launch) rather than launching each kernel:
+    those of at most ``max_tokens`` tokens (None: every size), of every kind or decode-only steps."""
+
+    max_tokens: Optional[Count(MAX_CONTEXT)] = None
+    steps: Literal["all", "decode_only"] = "all"
+    sizes: Optional[list[Count(MAX_CONTEXT)]] = None  # only steps of exactly these sizes (no padding)
+
+
+class EngineKernels(Strict):
+    """The kernels an engine's step runs. ``decode_attention``, ``allreduce`` and ``cuda_graphs`` are
+    modelled (the loader lays them under ``serving.decode_attention``, ``parallel.allreduce`` and
+    ``serving.cuda_graph_max_tokens``/``_steps``/``_sizes`` where the scenario does not set them); the
+    others name what the engine runs, with sources, for the figures still to model (issue 26)."""
+
+    attention: str = ""
+    decode_attention: Literal["paged", "contiguous"] = "paged"
+    gemm: str = ""
+    allreduce: Literal["vllm", "nccl"] = "vllm"
+    sampler: str = ""
+    cuda_graphs: GraphCapture = GraphCapture()
+
+
 class EngineProfile(Strict):
     """A named serving stack (``serving.engine``): what it is, the CPU costs it runs with (a
     ``cpus`` catalog entry, plus ``costs`` over it) and the serving defaults it sets. The loader
@@ -324,6 +347,7 @@ class EngineProfile(Strict):
     cpu: str = "reference"
     costs: dict = {}
     serving: dict = {}
+    kernels: EngineKernels = EngineKernels()
     sources: dict[str, str] = {}
     measured: Optional[dict] = None
 
@@ -386,6 +410,9 @@ class Serving(Strict):
     kv_offload: Optional[KVOffload] = None
     speculative: Optional[Speculative] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
+    cuda_graph_max_tokens: Optional[Count(MAX_CONTEXT)] = None
+    cuda_graph_steps: Literal["all", "decode_only"] = "all"
+    cuda_graph_sizes: Optional[list[Count(MAX_CONTEXT)]] = None
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
     last_mile: Literal["modelled", "free"] = "modelled"

@@ -529,8 +529,9 @@ class Run:
         intake = self.intake = _Intake(self.o.fe, eng.table, clocks, eng if self.ipc else None)
         return lat, booked, eng.cost.decode_timer(), clocks, intake  # runs are ineligible with hardware.step_time
 
-    def shape(self, batch: int, sampled: int) -> tuple:
-        """A step's parts that depend on its size alone: scheduling and preparation, that plus the
+    def shape(self, batch: int, sampled: int, tokens: int | None = None) -> tuple:
+        """A step's parts that depend on its size alone (``tokens``: those of a step with prompt chunks;
+        None: a decode-only step's, one per request): scheduling and preparation, that plus the
         launches, the sampled ids' bytes and copy time, the detokenization and the output objects'
         work, a chunk stream's time, the outputs' message at the engine's end and at the API
         server's (one server: with several, runs have no messages)."""
@@ -541,7 +542,8 @@ class Run:
         counts = {0: sampled} if sampled else {}
         if self.in_api:  # the detokenization and the output objects are the API server's work
             cpu = fe.cpu
-        return (sched_c, sched_c + eng.launch_cost, nbytes, copy_seconds(nbytes, self.bw_min),
+        launch = eng.launch_cost(batch, False) if tokens is None else eng.launch_cost(tokens, True)
+        return (sched_c, sched_c + launch, nbytes, copy_seconds(nbytes, self.bw_min),
                 detokenize_cost(cpu, sampled) if sampled else 0.0, outputs_cost(cpu, sampled) if sampled else 0.0,
                 sampled * fe.cpu.stream_per_chunk, eng.outputs_message_cost(counts) if self.ipc else 0.0,
                 fe.receive_costs(counts).get(0, 0.0) if self.ipc else 0.0)
@@ -582,8 +584,9 @@ class Run:
             p_done = P >= 0 and p_take > 0 and p_comp + p_take >= p_target
             ncomp = p_done + sum(1 for _, target, n, c in admit if c + n >= target)
             sampled = nd + ncomp
-            step = (free_kv, p_take + sum(n for _, _, n, _ in admit), len(pairs), sampled,
-                    eng.cost.step(ctx, nd, pairs, sampled).compute, self.shape(nd + len(pairs), sampled))
+            new = p_take + sum(n for _, _, n, _ in admit)
+            step = (free_kv, new, len(pairs), sampled, eng.cost.step(ctx, nd, pairs, sampled).compute,
+                    self.shape(nd + len(pairs), sampled, nd + new))
         elif nd:  # nobody could be admitted: the decodes run alone
             p_done = False
             step = (free_kv, 0, 0, nd, eng.cost.decode_time(ctx, nd), self.shape(nd, nd))

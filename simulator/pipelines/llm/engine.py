@@ -48,6 +48,9 @@ declare("max_batched_tokens", owner="engine")
 declare("chunked_prefill", owner="engine")
 declare("block_size", owner="engine")
 declare("decode_attention", owner="engine")
+declare("cuda_graph_max_tokens", owner="engine")
+declare("cuda_graph_steps", owner="engine")
+declare("cuda_graph_sizes", owner="engine")
 declare("multi_step", only(1), "a run steps one batch at a time (multi-step scheduling prepares N steps at once)", "engine")
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -171,7 +174,7 @@ class Engine:
         self.outstanding = 0
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
-        self.launch_cost = cost.launch_time(settings.cuda_graphs)
+        self._launches = (cost.launch_time(True), cost.launch_time(False))  # a graph replay, each kernel
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
         # Nothing can delay a step once launched (a booked D2H, its TP/PP traffic none or booked on
         # ports of its own): its times are closed forms, computed at launch, whenever the previous
@@ -261,6 +264,11 @@ class Engine:
             steps.append(self._start(Batch(decode, comp, []), 0.0))
         return steps
 
+    def launch_cost(self, tokens: int, prefill: bool) -> float:
+        """CPU seconds to launch a step of ``tokens`` tokens (``prefill``: with prompt chunks): one graph
+        replay where the engine captured a graph for such a step, else a launch per kernel."""
+        return self._launches[0] if self.sv.replays_graph(tokens, prefill) else self._launches[1]
+
     def _start(self, plan: Batch, sched: float) -> Step:
         """Launch a scheduled batch after ``sched`` seconds of CPU work on the engine process."""
         env, t = self.env, self.table
@@ -268,29 +276,30 @@ class Engine:
         ctx = float(comp.sum()) + len(decode)
         a0 = env.now
         batch = len(decode) + len(chunks)
-        # Scheduling, then the launches; kernels run as they are launched, so the GPU starts
-        # after scheduling and the step cannot end before its last launch.
-        start, launched = self.proc.submit(a0, sched + self.launch_cost, "schedule+launch")
-        a1 = start + sched
-        wdet, wout, wipc, wstr = wait_activity(self.proc, a0, start)  # what held its process (a GIL) meanwhile
         completes, partial = [], []
         new_tokens = 0
         for rid, p, n in chunks:
             new_tokens += n
             (completes if p + n >= t.target[rid] else partial).append(rid)
+        spec = self.spec
+        tokens = len(decode) * (1 if spec is None else spec.k + 1) + new_tokens  # what the step's model runs over
+        # Scheduling, then the launches; kernels run as they are launched, so the GPU starts
+        # after scheduling and the step cannot end before its last launch.
+        start, launched = self.proc.submit(a0, sched + self.launch_cost(tokens, bool(chunks)), "schedule+launch")
+        a1 = start + sched
+        wdet, wout, wipc, wstr = wait_activity(self.proc, a0, start)  # what held its process (a GIL) meanwhile
         sampled = len(decode) + len(completes)
         if self.handoff is not None and completes:
             # a prefill replica's computed prompts leave the running set at once (their KV stays
             # until it is sent), so no later step decodes them here
             self.sched.leave(np.array(completes, dtype=np.int64))
-        spec, accepted = self.spec, None
+        accepted = None
         if spec is None:
             # a decode-only step's time is the cost model's decode function (``decode_time``: the same
             # arithmetic as ``step(...).compute``, bound once)
             compute = (self.cost.step(ctx, len(decode), [(p, n) for _, p, n in chunks], sampled).compute if chunks
                        else self.cost.decode_time(ctx, len(decode)))
             t.computed[decode] = comp + 1
-            tokens = len(decode) + new_tokens
         else:
             # every decode verifies its k drafts: k + 1 tokens through the target, logits for each
             accepted = spec.draw(len(decode))
@@ -298,7 +307,6 @@ class Engine:
             compute = spec.step_time(self.cost, comp, [(p, n) for _, p, n in chunks], sampled, verified
                                      + len(completes))
             t.computed[decode] = comp + 1 + accepted
-            tokens = verified + new_tokens
             sampled = verified + len(completes)  # every verified position's id is copied to the host
         for rid, p, n in chunks:
             t.computed[rid] = p + n
