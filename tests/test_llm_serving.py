@@ -70,13 +70,13 @@ def test_eager_launches_bound_a_short_step():
     assert slow["tpot_s"] - graphs["tpot_s"] == pytest.approx(launches - cost.step(102, 1).total, rel=0.05)
 
 
-@pytest.mark.parametrize("graphs", [{"cuda_graph_steps": "decode_only"}, {"cuda_graph_max_tokens": 50}])
+@pytest.mark.parametrize("graphs", [{"steps": "decode_only"}, {"max_tokens": 50}, {"sizes": [1, 2, 4]}])
 def test_a_step_without_a_captured_graph_launches_each_kernel(graphs):
     """Issue 26: an engine replays graphs only for the steps it captured (decode-only ones, as vLLM V0 and
     SGLang; up to a size, as vLLM V1): the 100-token prefill here launches each kernel, the decodes do not."""
     gpu = {"base": "h100-sxm", "launch_overhead": "50 us"}
     base = merged(hardware={"gpu": gpu})
-    some = merged(hardware={"gpu": gpu}, serving={**BASE["serving"], **graphs})
+    some = merged(hardware={"gpu": gpu}, serving={**BASE["serving"], "graph_capture": graphs})
     sc = load_scenario(some)
     cost = build_cost(sc)
     launches, prefill = cost.kernels_per_step() * sc.hardware.gpu.launch_overhead, cost.step(0, 0, [(0, 100)]).total
@@ -91,10 +91,12 @@ def test_an_engine_profile_names_its_kernels_and_sets_the_modelled_ones():
     sc = load_scenario(merged(serving={"engine": "vllm-0.6"}))
     k = sc.serving.engine.kernels
     assert k.attention and k.gemm and k.sampler
-    assert (sc.serving.cuda_graph_max_tokens, sc.serving.cuda_graph_steps) == (k.cuda_graphs.max_tokens, "decode_only")
+    assert sc.serving.graph_capture == k.cuda_graphs and k.cuda_graphs.steps == "decode_only"
     assert sc.parallel.allreduce == k.allreduce
-    own = load_scenario(merged(serving={"engine": "vllm-0.6", "cuda_graph_steps": "all"}, parallel={"allreduce": "nccl"}))
-    assert (own.serving.cuda_graph_steps, own.parallel.allreduce) == ("all", "nccl")
+    own = load_scenario(merged(serving={"engine": "vllm-0.6", "graph_capture": {"steps": "all"}},
+                               parallel={"allreduce": "nccl"}))
+    assert (own.serving.graph_capture.steps, own.serving.graph_capture.max_tokens) == ("all", k.cuda_graphs.max_tokens)
+    assert own.parallel.allreduce == "nccl"
 
 
 def test_single_request_breakdown_is_exact():

@@ -191,11 +191,9 @@ def _lay_kernels(raw: dict, sv: dict, kernels: Any) -> None:
         return
     if "decode_attention" in kernels:
         sv.setdefault("decode_attention", kernels["decode_attention"])
-    graphs = kernels.get("cuda_graphs")
-    if isinstance(graphs, dict):
-        for key in ("max_tokens", "steps", "sizes"):
-            if key in graphs:
-                sv.setdefault(f"cuda_graph_{key}", graphs[key])
+    graphs, own = kernels.get("cuda_graphs"), sv.get("graph_capture")
+    if isinstance(graphs, dict) and (own is None or isinstance(own, dict)):
+        sv["graph_capture"] = {**graphs, **(own or {})}  # key by key, as the serving defaults
     parallel = raw.get("parallel")
     if "allreduce" in kernels and (parallel is None or isinstance(parallel, dict)):
         raw["parallel"] = {"allreduce": kernels["allreduce"], **(parallel or {})}

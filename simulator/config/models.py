@@ -321,11 +321,21 @@ class GraphCapture(Strict):
     steps: Literal["all", "decode_only"] = "all"
     sizes: Optional[list[Count(MAX_CONTEXT)]] = None  # only steps of exactly these sizes (no padding)
 
+    def covers(self, tokens: int, prefill: bool) -> bool:
+        """Whether a step of ``tokens`` tokens (``prefill``: with prompt chunks) has a captured graph: of
+        a kind captured, no larger than the largest (padded up to a captured size, as vLLM and SGLang
+        do) or, where only listed sizes replay (TensorRT-LLM without padding), of one of them."""
+        if prefill and self.steps == "decode_only":
+            return False
+        if self.sizes is not None and tokens not in self.sizes:
+            return False
+        return self.max_tokens is None or tokens <= self.max_tokens
+
 
 class EngineKernels(Strict):
     """The kernels an engine's step runs. ``decode_attention``, ``allreduce`` and ``cuda_graphs`` are
     modelled (the loader lays them under ``serving.decode_attention``, ``parallel.allreduce`` and
-    ``serving.cuda_graph_max_tokens``/``_steps``/``_sizes`` where the scenario does not set them); the
+    ``serving.graph_capture`` where the scenario does not set them); the
     others name what the engine runs, with sources, for the figures still to model (issue 26)."""
 
     attention: str = ""
@@ -410,9 +420,7 @@ class Serving(Strict):
     kv_offload: Optional[KVOffload] = None
     speculative: Optional[Speculative] = None
     decode_attention: Literal["paged", "contiguous"] = "paged"
-    cuda_graph_max_tokens: Optional[Count(MAX_CONTEXT)] = None
-    cuda_graph_steps: Literal["all", "decode_only"] = "all"
-    cuda_graph_sizes: Optional[list[Count(MAX_CONTEXT)]] = None
+    graph_capture: GraphCapture = GraphCapture()
     chunk_bytes_per_token: Bytes = 24.0
     response_header_bytes: Bytes = 200.0
     last_mile: Literal["modelled", "free"] = "modelled"

@@ -40,9 +40,7 @@ class EngineSettings:
     long_prefill_token_threshold: int = LONG_PREFILL_TOKEN_THRESHOLD
     prefix_cache_insert: str = "allocate"
     free_last_mile: bool = False  # the counterfactual: the outputs' path costs nothing (``serving.last_mile``)
-    graph_max_tokens: int | None = None  # the largest step replayed as a CUDA graph (None: every size)
-    graph_steps: str = "all"  # which steps have graphs: "all", or "decode_only" (prefill runs eager)
-    graph_sizes: frozenset | None = None  # only steps of exactly these sizes replay (None: any up to the largest)
+    graph_capture: object = None  # a GraphCapture: which steps have captured graphs (None: every step)
 
     @classmethod
     def from_scenario(cls, scenario) -> "EngineSettings":
@@ -52,18 +50,12 @@ class EngineSettings:
                    sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs,
                    last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process, sv.multi_step,
                    prefix_cache_insert=sv.prefix_cache_insert, free_last_mile=free,
-                   graph_max_tokens=sv.cuda_graph_max_tokens, graph_steps=sv.cuda_graph_steps,
-                   graph_sizes=None if sv.cuda_graph_sizes is None else frozenset(sv.cuda_graph_sizes))
+                   graph_capture=sv.graph_capture)
 
     def replays_graph(self, tokens: int, prefill: bool) -> bool:
-        """Whether a step of ``tokens`` tokens (``prefill``: with prompt chunks in it) replays a captured
-        CUDA graph: graphs on, the step of a kind captured, no larger than the largest captured (padded up
-        to a captured size, as vLLM and SGLang do) or, where only listed sizes replay, of one of them."""
-        if not self.cuda_graphs or (prefill and self.graph_steps == "decode_only"):
-            return False
-        if self.graph_sizes is not None and tokens not in self.graph_sizes:
-            return False
-        return self.graph_max_tokens is None or tokens <= self.graph_max_tokens
+        """Whether a step of ``tokens`` tokens (``prefill``: with prompt chunks in it) replays a CUDA graph:
+        graphs on, and the engine captured one for such a step (``GraphCapture.covers``)."""
+        return self.cuda_graphs and (self.graph_capture is None or self.graph_capture.covers(tokens, prefill))
 
     @property
     def outputs_cross_to_api(self) -> bool:
