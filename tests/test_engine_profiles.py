@@ -152,6 +152,29 @@ def test_input_preparation_is_scheduling_time_on_the_engine():
     assert prep.summary["breakdown_share"]["schedule"] > base.summary["breakdown_share"]["schedule"]
 
 
+def test_dispatch_to_the_other_workers_delays_every_step_of_a_multi_gpu_replica_only():
+    """vLLM V0's Ray workers (``dispatch_per_step``): the driver starts each step on its other GPU
+    workers before any GPU runs it, so every step of a TP 2 replica starts that much later; one GPU
+    has no other workers."""
+    for tp, delay in ((1, 0.0), (2, 2e-3)):
+        base = run({}, parallel={"tp": tp})
+        ray = run({"dispatch_per_step": "2 ms"}, parallel={"tp": tp}, record_spans=True)
+        a, b = base.requests.iloc[0], ray.requests.iloc[0]
+        assert b["ttft_s"] - a["ttft_s"] == pytest.approx(delay, abs=1e-12)
+        assert b["e2e_s"] - a["e2e_s"] == pytest.approx(6 * delay, abs=1e-12)  # each of the six steps
+    sp = ray.spans[ray.spans.track == "cpu:engine0"]
+    held = sp[sp.name == "schedule+launch"]
+    assert len(held) == 6 and ((held.end - held.start) >= 2e-3).all()
+    assert ray.summary["breakdown_share"]["schedule"] > base.summary["breakdown_share"]["schedule"]
+
+
+def test_decode_runs_keep_the_dispatch_cost_exact():
+    raw = scenario("vllm-0.3", parallel={"tp": 2})
+    raw["workload"] = {"requests": 40, "arrival": "poisson", "rate": "8/s", "prompt_tokens": 300,
+                       "output_tokens": {"dist": "uniform", "low": 20, "high": 120}}
+    assert_same(*both(raw))
+
+
 def test_step_gap_is_the_gpu_idle_between_steps():
     r = run({"schedule_per_step": "300 us"}, record_spans=True)
     g = r.spans[r.spans.track == "gpu0"].sort_values("start")

@@ -99,6 +99,7 @@ FIELD_DOCS: dict[str, str] = {
     "CPUCosts.schedule_per_step": "Engine: fixed cost of one scheduler iteration.",
     "CPUCosts.schedule_per_request": "Engine: scheduling cost per request in the batch.",
     "CPUCosts.prepare_per_step": "Engine: fixed cost of preparing one step's inputs (tensors, H2D copy).",
+    "CPUCosts.dispatch_per_step": "Engine: fixed cost per step of starting it on a replica's other GPU workers and collecting them (TP/PP > 1 only).",
     "CPUCosts.prepare_per_request": "Engine: input preparation per request in the batch.",
     "CPUCosts.ipc_per_message": "Serializing and sending (or receiving and deserializing) one message between processes.",
     "CPUCosts.ipc_per_byte": "Per byte of such a message, at each end.",

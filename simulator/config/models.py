@@ -148,9 +148,9 @@ class NodeSpec(Strict):
 class CPUCosts(Strict):
     """CPU cost of each piece of Python in the serving stack, as functions of the work: per request
     (``request_overhead``, ``tokenize_per_token``), per step and per request in a step (scheduling,
-    input preparation, output processing), per token (detokenization), per streamed chunk, and per
-    message and byte between processes (serialize and send at one end, receive and deserialize at
-    the other)."""
+    input preparation, starting the step on a replica's other GPU workers, output processing), per
+    token (detokenization), per streamed chunk, and per message and byte between processes
+    (serialize and send at one end, receive and deserialize at the other)."""
 
     name: str = "custom"
     tokenize_per_token: Seconds
@@ -159,6 +159,7 @@ class CPUCosts(Strict):
     schedule_per_request: Seconds
     prepare_per_step: Seconds = 0.0
     prepare_per_request: Seconds = 0.0
+    dispatch_per_step: Seconds = 0.0
     detokenize_per_token: Seconds
     detokenize_step_fixed: Seconds = 0.0
     output_per_request: Seconds

@@ -54,7 +54,7 @@ from .api_runs import ServerOutputs
 from .detok_runs import DetokClock
 from .run_support import engine_blockers, serving_blockers
 from .scheduler import admit_waiting
-from .settings import detokenize_cost, outputs_cost, schedule_cost
+from .settings import detokenize_cost, outputs_cost
 
 ROW = ("a0", "a1", "g0", "g1", "d1", "e", "stream start", "start", "launched", "copy begin", "detokenize start",
        "schedule+launch", "detokenize", "output", "sent", "x", "send start", "i", "comm start", "batch", "decodes",
@@ -537,7 +537,7 @@ class Run:
         server's (one server: with several, runs have no messages)."""
         eng, fe = self.o.e, self.o.fe
         cpu = eng.cpu
-        sched_c = schedule_cost(cpu, batch)
+        sched_c = eng.host_cost(batch)
         nbytes = eng.links.d2h_bytes(sampled)
         counts = {0: sampled} if sampled else {}
         if self.in_api:  # the detokenization and the output objects are the API server's work

@@ -38,7 +38,8 @@ from .overlap import OVERLAP_MODES
 from .placements import PLACEMENTS, streaming
 from .prefix_cache import PrefixCache
 from .scheduler import Batch, Scheduler
-from .settings import TOKEN_ID_BYTES, EngineSettings, detokenize_cost, message_cost, outputs_cost, schedule_cost
+from .settings import (TOKEN_ID_BYTES, EngineSettings, detokenize_cost, dispatch_cost, message_cost, outputs_cost,
+                       schedule_cost)
 from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
@@ -173,6 +174,7 @@ class Engine:
         self.gpu_free = 0.0
         self.gpu_busy = 0.0
         self._launches = (cost.launch_time(True), cost.launch_time(False))  # a graph replay, each kernel
+        self._dispatch = dispatch_cost(self.cpu, cost.tp * cost.pp)  # starting a step on the other workers
         self._last: Step | None = None  # the latest launched step (its GPU may still run)
         # Nothing can delay a step once launched (a booked D2H, its TP/PP traffic none or booked on
         # ports of its own): its times are closed forms, computed at launch, whenever the previous
@@ -239,8 +241,7 @@ class Engine:
         plan = self.sched.schedule()
         if plan is None:
             return None
-        batch = len(plan.decode) + len(plan.chunks)
-        sched = schedule_cost(self.cpu, batch)  # scheduling, then input preparation
+        sched = self.host_cost(len(plan.decode) + len(plan.chunks))
         if self.spec is not None and len(plan.decode):  # a CPU proposer's drafts for this step
             sched += self.spec.proposer.cpu_time(plan.comp + 1, self.spec.k)
         return self._start(plan, sched)
@@ -261,6 +262,12 @@ class Engine:
                 break
             steps.append(self._start(Batch(decode, comp, []), 0.0))
         return steps
+
+    def host_cost(self, batch: int) -> float:
+        """CPU seconds before a step of ``batch`` requests can start on the GPUs: scheduling, then input
+        preparation (``schedule_cost``), then, with several GPUs, starting it on the other workers
+        (``dispatch_cost``); kernel launches come after and overlap the GPU."""
+        return schedule_cost(self.cpu, batch) + self._dispatch
 
     def launch_cost(self, tokens: int, prefill: bool) -> float:
         """CPU seconds to launch a step of ``tokens`` tokens (``prefill``: with prompt chunks): one graph

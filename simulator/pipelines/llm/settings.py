@@ -101,6 +101,12 @@ def schedule_cost(cpu, batch: int) -> float:
     return cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step + cpu.prepare_per_request * batch
 
 
+def dispatch_cost(cpu, gpus: int) -> float:
+    """CPU seconds per step for an engine's driver to start the step on the replica's other GPU workers
+    and collect them (vLLM V0 before 0.4.3 called each worker as a Ray task every step): none on one GPU."""
+    return cpu.dispatch_per_step if gpus > 1 else 0.0
+
+
 def detokenize_cost(cpu, tokens: int) -> float:
     """CPU seconds to detokenize a step's ``tokens``."""
     return cpu.detokenize_step_fixed + cpu.detokenize_per_token * tokens
