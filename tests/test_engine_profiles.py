@@ -168,6 +168,11 @@ def test_dispatch_to_the_other_workers_delays_every_step_of_a_multi_gpu_replica_
     assert ray.summary["breakdown_share"]["schedule"] > base.summary["breakdown_share"]["schedule"]
 
 
+def test_a_cpu_cost_per_call_beyond_any_stack_is_one_line():
+    with pytest.raises(ConfigError, match=r"hardware\.cpu\.dispatch_per_step: must be at most 10 s per call"):
+        load_scenario(scenario("vllm-0.3", cpu={"dispatch_per_step": "1000 s"}))
+
+
 def test_decode_runs_keep_the_dispatch_cost_exact():
     raw = scenario("vllm-0.3", parallel={"tp": 2})
     raw["workload"] = {"requests": 40, "arrival": "poisson", "rate": "8/s", "prompt_tokens": 300,

@@ -34,10 +34,19 @@ def test_rates_are_written_in_units_the_catalog_parses(value, unit, dimension):
 
 
 class _FakeTensor:
+    def __init__(self, *shape, **kwargs):
+        self.shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+
     def copy_(self, src, non_blocking=False):
         return self
 
-    fill_ = add_ = lambda self, *a, **k: self
+    fill_ = add_ = to = lambda self, *a, **k: self
+
+    def t(self):
+        return _FakeTensor(*reversed(self.shape))
+
+    def repeat_interleave(self, times, dim):
+        return _FakeTensor(*(d * times if i == dim else d for i, d in enumerate(self.shape)))
 
 
 class _FakeEvent:
@@ -68,18 +77,30 @@ class _Nothing:
         return False
 
 
-def _fake_torch():
-    """Just enough of torch's API to drive every measurement without a GPU."""
-    tensor = lambda *a, **k: _FakeTensor()  # noqa: E731
-    cuda = types.SimpleNamespace(
+def _fake_torch(capability=(9, 0), gqa=True):
+    """Just enough of torch's API to drive every measurement without a GPU (``capability``: the
+    device's compute capability; ``gqa``: whether its fused attention takes grouped KV heads)."""
+    tensor = lambda *a, **k: _FakeTensor(*a)  # noqa: E731
+    calls = []
+
+    def sdpa(q, k, v, is_causal=False, **kw):
+        if kw and not gqa:
+            raise TypeError("unexpected keyword argument 'enable_gqa'")
+        calls.append((q.shape, k.shape, is_causal))
+        return _FakeTensor(*q.shape)
+
+    cuda = types.SimpleNamespace(get_device_capability=lambda *a: capability,
         is_available=lambda: True, synchronize=lambda: None, Event=_FakeEvent, empty_cache=lambda: None,
         get_device_name=lambda *a: "Fake GPU", current_device=lambda: 0,
         Stream=lambda: None, stream=lambda s: _Nothing(), CUDAGraph=_FakeGraph, graph=lambda g: _Nothing(),
         get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 * 2**30, multi_processor_count=132))
     return types.SimpleNamespace(
         cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), __version__="0.0-fake",
-        bfloat16="bf16", int64="i64", uint8="u8",
-        randn=tensor, empty=tensor, empty_like=tensor, zeros=tensor, randint=tensor, matmul=tensor)
+        bfloat16="bf16", int64="i64", uint8="u8", float32="f32", float8_e4m3fn="e4m3",
+        randn=tensor, empty=tensor, empty_like=tensor, zeros=tensor, randint=tensor, matmul=tensor, ones=tensor,
+        _scaled_mm=lambda a, b, **k: _FakeTensor(a.shape[0], b.shape[1]),
+        nn=types.SimpleNamespace(functional=types.SimpleNamespace(scaled_dot_product_attention=sdpa)),
+        attention_calls=calls)
 
 
 def test_gpu_path_writes_a_parseable_profile(monkeypatch, tmp_path):
@@ -122,3 +143,48 @@ def test_a_measured_profile_loads_as_hardware_gpu(monkeypatch, tmp_path):
                                         ("Some GPU", None)])
 def test_the_catalog_base_is_guessed_from_the_device_name(name, base):
     assert measure_gpu.catalog_base(name) == base
+
+
+def test_the_profile_kernels_are_timed_at_every_shape(monkeypatch, tmp_path):
+    """FP8 GEMMs at every M of a step, attention at each prefill and decode shape; the FP8 and the
+    decode attention's fractions of the peaks given (10 ms a call: far below any peak)."""
+    import yaml
+
+    from simulator.calibrate import measure_kernels as mk
+
+    monkeypatch.setattr(measure_gpu, "_load_torch", _fake_torch)
+    monkeypatch.setattr(measure_gpu, "_events_per_call", lambda *a, **k: 0.01)
+    out = tmp_path / "gpu.yaml"
+    assert measure_gpu.main(["--out", str(out), "--peak-fp8-tflops", "1979", "--peak-hbm-bandwidth", "4.8 TB/s",
+                             "--base", "h200"]) == 0
+    profile = yaml.safe_load(out.read_text())
+    raw = profile["measured"]["raw"]
+    n, k = mk.FP8_NK
+    assert list(raw["matmul_fp8"]) == [f"{m}x{n}x{k}" for m in mk.FP8_M]
+    assert parse(raw["matmul_fp8"][f"8192x{n}x{k}"]["flops"], "flops") == pytest.approx(2 * 8192 * n * k / 0.01,
+                                                                                        rel=1e-3)
+    assert profile["gpu"]["achievable"]["matmul_fp8"] == pytest.approx(2 * 8192 * n * k / 0.01 / 1979e12, abs=1e-4)
+    assert list(raw["attention_prefill_bf16"]) == [f"S={s}" for s in mk.PREFILL_S]
+    assert list(raw["attention_decode_bf16"]) == [f"B={b} L={n}" for b, n in mk.DECODE_BL]
+    kv = 2 * 128 * mk.KV_HEADS * 1024 * mk.HEAD_DIM * 2
+    assert raw["attention_decode_bandwidth_fraction"] == pytest.approx(kv / 0.01 / 4.8e12, abs=1e-4)
+
+
+def test_fp8_is_not_measured_on_a_gpu_without_it(monkeypatch):
+    monkeypatch.setattr(measure_gpu, "_events_per_call", lambda *a, **k: 0.01)
+    torch = _fake_torch(capability=(8, 0))
+    from simulator.calibrate import measure_kernels as mk
+
+    assert "sm_80" in mk.fp8_support(torch)
+    fractions, raw = measure_gpu.measure_profile_kernels(torch, 312e12, 2.0e12)
+    assert raw["matmul_fp8"].startswith("not measured: sm_80") and "matmul_fp8" not in fractions
+
+
+def test_without_grouped_kv_heads_the_repeated_heads_are_the_bytes_read(monkeypatch):
+    from simulator.calibrate import measure_kernels as mk
+
+    torch = _fake_torch(gqa=False)
+    decode = mk.measure_decode_attention(torch, lambda fn: (fn(), 0.01)[1])
+    b, n = mk.DECODE_BL[0]
+    assert decode[(b, n)]["bandwidth"] == pytest.approx(2 * b * mk.HEADS * n * mk.HEAD_DIM * 2 / 0.01)
+    assert all(kv[1] == mk.HEADS for _, kv, _ in torch.attention_calls)  # the repeated heads ran

@@ -1,4 +1,5 @@
-"""Measure a CUDA GPU's achievable figures (matmul, HBM copy, D2H latency, launch overhead).
+"""Measure a CUDA GPU's achievable figures (matmul, HBM copy, D2H latency, launch overhead) and the
+kernels the engine profiles name (FP8 GEMMs over M, attention at prefill and decode shapes).
 
 Writes a calibration profile (``gpu:``) with the provenance of every figure (``measured:``).
 Without torch or a CUDA GPU it says so in one line and exits 0, so scripts can call it anywhere.
@@ -20,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..units import fmt_time, parse
+from . import measure_kernels
 
 # (M, N, K): compute-bound squares and a wide/flat shape, then decode-like skinny ones
 MATMUL_SHAPES = ((8192, 8192, 8192), (4096, 4096, 4096), (16384, 8192, 1024),
@@ -165,8 +167,37 @@ def catalog_base(device_name: str) -> str | None:
     return next((base for frag, base in CATALOG_BASES if frag in upper), None)
 
 
+def measure_profile_kernels(torch, peak_fp8_flops: float | None, peak_hbm_bandwidth: float | None) -> tuple:
+    """(achievable fractions, raw figures) of the kernels the engine profiles name: the best FP8 GEMM's
+    fraction of the FP8 peak, the decode attention's of the HBM peak (each where a peak is given)."""
+    timer = lambda fn: _events_per_call(torch, fn)  # noqa: E731 - CUDA-event time per call
+    raw, achievable = {}, {}
+    why = measure_kernels.fp8_support(torch)
+    if why is None:
+        fp8 = measure_kernels.measure_fp8_gemm(torch, timer)
+        n, k = measure_kernels.FP8_NK
+        raw["matmul_fp8"] = {f"{m}x{n}x{k}": {"time": fmt_time(v["seconds"]), "flops": _fmt(v["flops"], "FLOPS")}
+                             for m, v in fp8.items()}
+        if peak_fp8_flops:
+            achievable["matmul_fp8"] = round(max(v["flops"] for v in fp8.values()) / peak_fp8_flops, 4)
+    else:
+        raw["matmul_fp8"] = f"not measured: {why}"
+    prefill = measure_kernels.measure_prefill_attention(torch, timer)
+    raw["attention_prefill_bf16"] = {f"S={s}": {"time": fmt_time(v["seconds"]), "flops": _fmt(v["flops"], "FLOPS")}
+                                     for s, v in prefill.items()}
+    decode = measure_kernels.measure_decode_attention(torch, timer)
+    raw["attention_decode_bf16"] = {f"B={b} L={n}": {"time": fmt_time(v["seconds"]),
+                                                     "kv_bandwidth": _fmt(v["bandwidth"], "B/s")}
+                                    for (b, n), v in decode.items()}
+    if peak_hbm_bandwidth:
+        best = max(v["bandwidth"] for v in decode.values())
+        raw["attention_decode_bandwidth_fraction"] = round(best / peak_hbm_bandwidth, 4)
+    torch.cuda.empty_cache()
+    return achievable, raw
+
+
 def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth: float | None = None,
-                command: str = "", base: str | None = None) -> dict:
+                command: str = "", base: str | None = None, peak_fp8_flops: float | None = None) -> dict:
     """Run every measurement on the current CUDA device; return the profile (values as unit strings)."""
     started = time.perf_counter()
     name = torch.cuda.get_device_name()
@@ -178,6 +209,7 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
     d2h_pinned = measure_d2h(torch, pinned=True)
     launch = measure_launch(torch)
     graph_kernel = measure_graph_kernels(torch)
+    kernel_fractions, kernels = measure_profile_kernels(torch, peak_fp8_flops, peak_hbm_bandwidth)
 
     best_flops = max(v["flops"] for v in matmul.values())
     achievable = {}
@@ -185,6 +217,7 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
         achievable["matmul"] = round(best_flops / peak_bf16_flops, 4)
     if peak_hbm_bandwidth:
         achievable["hbm"] = round(hbm / peak_hbm_bandwidth, 4)
+    achievable.update(kernel_fractions)
 
     # A loadable GPU profile (``hardware.gpu: this file``): the measured figures over the catalog
     # entry of the same GPU (``base``), which supplies what is not measured (peaks, memory, links).
@@ -217,12 +250,15 @@ def measure_gpu(torch, peak_bf16_flops: float | None = None, peak_hbm_bandwidth:
             "hbm_copy_bandwidth": _fmt(hbm, "B/s"),
             "d2h_latency_pinned": {b: fmt_time(s) for b, s in d2h_pinned.items()},
             "d2h_latency_pageable": {b: fmt_time(s) for b, s in d2h_pageable.items()},
+            **kernels,
         },
     }
     if peak_bf16_flops:
         measured["peak_bf16_flops"] = _fmt(peak_bf16_flops, "FLOPS")
     if peak_hbm_bandwidth:
         measured["peak_hbm_bandwidth"] = _fmt(peak_hbm_bandwidth, "B/s")
+    if peak_fp8_flops:
+        measured["peak_fp8_flops"] = _fmt(peak_fp8_flops, "FLOPS")
     return {"gpu": gpu, "measured": measured}
 
 
@@ -232,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="gpu_profile.yaml", help="where to write the YAML profile")
     parser.add_argument("--peak-bf16-tflops", type=float, default=None,
                         help="datasheet dense BF16 peak, to report the achievable fraction")
+    parser.add_argument("--peak-fp8-tflops", type=float, default=None,
+                        help="datasheet dense FP8 peak, to report the FP8 GEMM's achievable fraction")
     parser.add_argument("--peak-hbm-bandwidth", default=None,
                         help='datasheet HBM bandwidth, e.g. "4.8 TB/s", to report the achievable fraction')
     parser.add_argument("--base", default=None,
@@ -251,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         peak_hbm_bandwidth=parse(args.peak_hbm_bandwidth, "bandwidth") if args.peak_hbm_bandwidth else None,
         command=" ".join(["python -m simulator.calibrate.measure_gpu", *argv]),
         base=args.base,
+        peak_fp8_flops=args.peak_fp8_tflops * 1e12 if args.peak_fp8_tflops else None,
     )
     Path(args.out).write_text(yaml.safe_dump(profile, sort_keys=False))
     print(yaml.safe_dump({"gpu": profile["gpu"]}, sort_keys=False), end="")

@@ -8,8 +8,8 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from ..errors import ConfigError
-from .quantities import (NO_BOOL, Bandwidth, Bytes, Count, Flops, Fraction, Horizon, Int, Number, PositiveSeconds, Rate,
-                         Seconds, Watts, Whole)
+from .quantities import (NO_BOOL, Bandwidth, Bytes, CallSeconds, Count, Flops, Fraction, Horizon, Int, Number,
+                         PositiveSeconds, Rate, Seconds, Watts, Whole)
 
 LOGNORMAL_TAIL_SIGMAS = 6
 """A lognormal without ``max`` is bounded at median x exp(6 sigma) for admission checks: a draw
@@ -153,20 +153,20 @@ class CPUCosts(Strict):
     (serialize and send at one end, receive and deserialize at the other)."""
 
     name: str = "custom"
-    tokenize_per_token: Seconds
-    request_overhead: Seconds
-    schedule_per_step: Seconds
-    schedule_per_request: Seconds
-    prepare_per_step: Seconds = 0.0
-    prepare_per_request: Seconds = 0.0
-    dispatch_per_step: Seconds = 0.0
-    detokenize_per_token: Seconds
-    detokenize_step_fixed: Seconds = 0.0
-    output_per_request: Seconds
-    stream_per_chunk: Seconds
-    stream_entry_per_request: Seconds = 0.0
-    ipc_per_message: Seconds = 0.0
-    ipc_per_byte: Seconds = 0.0
+    tokenize_per_token: CallSeconds
+    request_overhead: CallSeconds
+    schedule_per_step: CallSeconds
+    schedule_per_request: CallSeconds
+    prepare_per_step: CallSeconds = 0.0
+    prepare_per_request: CallSeconds = 0.0
+    dispatch_per_step: CallSeconds = 0.0
+    detokenize_per_token: CallSeconds
+    detokenize_step_fixed: CallSeconds = 0.0
+    output_per_request: CallSeconds
+    stream_per_chunk: CallSeconds
+    stream_entry_per_request: CallSeconds = 0.0
+    ipc_per_message: CallSeconds = 0.0
+    ipc_per_byte: CallSeconds = 0.0
     ipc_bytes_per_request: Annotated[float, Field(ge=0, le=1e9)] = 0.0
 
     @property

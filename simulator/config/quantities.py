@@ -62,6 +62,10 @@ Seconds = Annotated[float, _parser("time"), AfterValidator(_non_negative), _at_m
                     _AS_FLOAT]
 PositiveSeconds = Annotated[float, _parser("time"), AfterValidator(_positive), _at_most(DAY, "1 day (86400 s)"),
                             _AS_FLOAT]
+# A CPU cost per call (per request, step, token, chunk or message) above 10 s is a typo: the slowest
+# per-step host work any engine reports is milliseconds (cpus.yaml).
+CallSeconds = Annotated[float, _parser("time"), AfterValidator(_non_negative), _at_most(10.0, "10 s per call"),
+                        _AS_FLOAT]
 Horizon = Annotated[float, _parser("time"), AfterValidator(_positive), _at_most(1e8, "1e8 s (about 3 years)"),
                     _AS_FLOAT]
 Bytes = Annotated[float, _parser("bytes"), AfterValidator(_positive), _at_most(1e15, "1 PB"), _AS_FLOAT]
