@@ -79,6 +79,18 @@ def trace_scenario(trace: str, requests: int, rate: str = "4/s", **extra) -> dic
     return raw
 
 
+@pytest.mark.parametrize("overlap", ["sync", "async_output"])
+def test_runs_cover_tp_over_pcie_where_steps_are_serial(overlap, coalesced):
+    """TP on a PCIe box: the all-reduces share the sampled ids' port, and a loop that launches a step
+    once the previous step's ids are on the host never has both on it at once, so both are booked
+    and the steps run in closed form, as stepped."""
+    a, b = both(trace_scenario("splitwise_conv.csv", 300, hardware={"gpu": "l40s"}, dtype="fp8",
+                               parallel={"tp": 2}, serving={"overlap": overlap}))
+    assert_same(a, b)
+    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert a.summary["utilization"]["link:gpu0.pcie.tx"] > 0  # the all-reduces and copies crossed it
+
+
 @pytest.mark.parametrize("trace, rate", [("splitwise_conv.csv", "4/s"), ("splitwise_code.csv", "2/s")])
 def test_runs_reproduce_the_step_by_step_engine_on_real_traces(trace, rate, coalesced):
     a, b = both(trace_scenario(trace, 600, rate))
@@ -407,8 +419,10 @@ def test_runs_reproduce_a_stream_interval(serving, coalesced):
                                     # a stream interval with the API server in the engine's process
                                     {"serving.stream_interval": 4, "serving.api_server_process": "engine"},
                                     {"parallel.replicas": 2},
-                                    # TP on PCIe: its all-reduces share the sampled ids' port, as flows
-                                    {"hardware.gpu": "l40s", "dtype": "fp8", "parallel.tp": 2},
+                                    # TP on PCIe with async scheduling: a step's all-reduces overlap the
+                                    # previous step's copy on the port they share, as flows
+                                    {"hardware.gpu": "l40s", "dtype": "fp8", "parallel.tp": 2,
+                                     "serving.overlap": "async"},
                                     # a host KV tier on its own link: admissions load swapped-out KV back
                                     {"serving.kv_offload": {"capacity": "64 GiB", "link": "pcie5-x16"}}])
 def test_ineligible_setups_step_one_by_one(change, coalesced):

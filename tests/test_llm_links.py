@@ -136,6 +136,40 @@ def test_a_sole_replicas_comm_is_booked_with_the_times_of_flows_alone():
         next(booked.fabric.move([booked.fabric.ports["gpu0.nvlink.tx"]], 1.0))
 
 
+def test_a_sole_serial_replica_on_pcie_books_its_traffic_and_its_copies_on_the_port_they_share():
+    """TP 2 on L40S (no NVLink): the all-reduces cross the GPU's PCIe port that the sampled ids leave
+    by. A replica alone whose steps are serial books both, with the times of the same transfers as
+    Fabric flows one after the other; steps that overlap (async scheduling), or another replica on
+    the topology, leave both as flows."""
+    sc = load_scenario({"model": "llama-3-8b", "hardware": {"gpu": "l40s"}, "parallel": {"tp": 2}})
+    cost = build_cost(sc)
+
+    def links(env, **kw):
+        return ReplicaLinks(Topology.from_hardware(env, sc.hardware, 2), [[0, 1]], sc.model.layers,
+                            cost.activation_bytes, cost.collective_parts, **kw)
+
+    flows_env, booked_env = simpy.Environment(), simpy.Environment()
+    flows, booked = links(flows_env, sole=True), links(booked_env, sole=True, serial=True)
+    assert set(flows.comm_ports) & set(flows.d2h_route[0])  # they share the port
+    assert not (flows.d2h_booked or flows.comm_booked) and booked.d2h_booked and booked.comm_booked
+    assert not links(simpy.Environment(), serial=True).d2h_booked  # not alone on its topology
+    log = []
+
+    def step():
+        yield from flows.step_comm(64, "s")
+        log.append(("comm", flows_env.now))
+        yield from flows.d2h(64, "d2h")
+        log.append(("d2h", flows_env.now))
+
+    flows_env.process(step())
+    flows_env.run()
+    comm_end = booked.book_comm(64, "s", 0.0)
+    assert log == [("comm", comm_end), ("d2h", booked.booked_d2h(64, "d2h", comm_end))]
+    for name, port in flows.fabric.ports.items():
+        other = booked.fabric.ports[name]
+        assert (other.busy_time, other.bytes_moved) == pytest.approx((port.busy_time, port.bytes_moved), rel=1e-12)
+
+
 def test_tp_run_trace_has_nvlink_and_host_link_tracks():
     r = simulator.run("scenarios/llm/llama3_70b_tp4_h100.yaml",
                       overrides={"workload.requests": 8, "workload.output_tokens": 4})

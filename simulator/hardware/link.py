@@ -164,7 +164,7 @@ class Fabric:
         ``nbytes`` more busy, as the recorder's tracks."""
         rec = self.recorder
         for p in ports:
-            p.booked_until = booked_until
+            p.booked_until = max(p.booked_until, booked_until)  # a port two runs' copies share keeps the later
             if nbytes > 0:  # as :meth:`book`, a copy of nothing leaves no trace
                 p.busy_time += seconds
                 p.bytes_moved += nbytes

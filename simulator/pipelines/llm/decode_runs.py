@@ -738,6 +738,9 @@ class Run:
         times = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * len(ROW)).reshape(len(rows), len(ROW))
         counts = times[:, COUNTS:].astype(np.int64)
         hands = self.detok.table() if self.sep else None
+        # the steps' TP/PP traffic first: on a PCIe box it shares the D2H copies' port, which the
+        # engine's settlement books until the run's last copy ends (after the last step's traffic)
+        comm = self._book_comm(k, first_step, times, counts) if self.comm_end is not None and k else None
         self._settle_engine(k, times, counts, free, booked, hands)
         if self.sep:
             self.detok.settle(times, counts, hands, CHUNKS)
@@ -754,7 +757,7 @@ class Run:
         # x: the outputs made, or at the API server after the outputs' message where one crosses
         zeros, d1_, e_ = np.zeros(k), times[:, 4], times[:, 5]
         o_ = times[:, 10] + times[:, 12]
-        comm = self._book_comm(k, first_step, times, counts) if self.comm_end is not None else zeros
+        comm = zeros if comm is None else comm
         step_times = {"a0": times[:, 0], "a1": times[:, 1], "s0": times[:, 7], "g0": times[:, 2], "g1": times[:, 3],
                       "comm": comm, "d1": d1_, "i": times[:, 17] if self.in_api or self.lagged or self.sep else d1_,
                       "o": o_, "e": e_,

@@ -22,7 +22,7 @@ class ReplicaLinks:
 
     def __init__(self, topo: Topology, stages: list[list[int]], layers: int, activation_bytes, collective_parts,
                  host_shared: bool = False, free_d2h: bool = False, collectives_per_layer: float = 2,
-                 collective: str = "all-reduce", sole: bool = False):
+                 collective: str = "all-reduce", sole: bool = False, serial: bool = False):
         self.fabric = topo.fabric
         self.free_d2h = free_d2h  # the counterfactual with the last mile free: the ids are on the host at once
         self.activation_bytes = activation_bytes  # tokens -> bytes of one hidden-state tensor
@@ -41,8 +41,11 @@ class ReplicaLinks:
         # copies are serialized; where no TP/PP traffic shares the port (NVLink boxes, one GPU)
         # they are booked in closed form instead of run as Fabric flows (same times, no events).
         # ``host_shared``: other copies (KV offload, KV transfers over PCIe) use the host route too.
+        # Where the TP/PP traffic crosses the copy's port (PCIe boxes), both are booked only for
+        # a replica alone on the topology whose steps are ``serial``: each step's traffic begins
+        # after the previous step's copy has ended, so the port never carries two at once.
         shared = {p for ports, _ in (*self.groups, *self.sends) for p in ports}
-        self.d2h_booked = not host_shared and not shared.intersection(self.d2h_route[0])
+        self.d2h_booked = not host_shared and (not shared.intersection(self.d2h_route[0]) or (sole and serial))
         if self.d2h_booked:
             self.fabric.reserve(self.d2h_route[0])
         # ``sole``: this replica's traffic is alone on the topology (one replica, nothing else built

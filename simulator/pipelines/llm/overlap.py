@@ -94,3 +94,13 @@ def async_output_loop(engine):
 
 OVERLAP_MODES = {"sync": sync_loop, "async": async_scheduling_loop, "async_output": async_output_loop}
 """``serving.overlap`` -> the engine loop that runs it."""
+
+SERIAL_MODES = frozenset({"sync", "async_output"})
+"""The loops that launch step n+1 only once step n's sampled ids are on the host (each waits for the
+step's ``done``, which follows its copy); ``async`` launches it before."""
+
+
+def serial_steps(serving) -> bool:
+    """Whether each step's GPU work begins after the previous step's copy to the host has ended: a
+    serial loop, one step at a time (multi-step launches several, whose copies overlap the next)."""
+    return serving.overlap in SERIAL_MODES and serving.multi_step == 1

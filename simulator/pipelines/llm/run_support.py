@@ -57,7 +57,8 @@ def _show(value) -> str:
 ENGINE_CONDITIONS: dict[str, Callable] = {
     "an open-loop workload (a closed loop's next arrival depends on a receipt)": lambda e, open_loop, n: open_loop,
     "one replica (a router's choice depends on the others' state)": lambda e, open_loop, n: n == 1,
-    "a step nothing can delay once launched (a booked D2H copy; TP/PP traffic only on ports of its own: one replica)":
+    "a step nothing can delay once launched (a booked D2H copy: on a port of its own, or one only this replica's "
+    "TP/PP traffic shares with serial steps; TP/PP traffic only on ports of its own: one replica)":
         lambda e, open_loop, n: e.closed_form,
     "CPU processes that do not contend for cores": lambda e, open_loop, n: not e.proc.pool.contended,
     "no load generator on the host's cores (workload.client_cpu)": lambda e, open_loop, n: e.sink.loadgen is None,

@@ -29,6 +29,7 @@ from .routers import make_router
 from .kv_offload import HostTier, Offloader, merged_stats as offload_stats
 from .kv_transfer import KVHandoff
 from .links import ReplicaLinks
+from .overlap import serial_steps
 from .prefix_cache import merged_stats
 from .settings import EngineSettings, FrontendSettings
 from .pools import DoesNotFit, PoolPlan, check_fit, check_parallel, plan_pools
@@ -335,7 +336,7 @@ def _replica(k: int, scenario, topo: Topology, pool: CorePool, cost: LLMCostMode
                    or (dis is not None and dis.kv_link is None))
     links = ReplicaLinks(topo, stages, scenario.model.layers, cost.activation_bytes, cost.collective_parts, host_shared,
                          sv.last_mile == "free", cost.collectives_per_layer,
-                         "all-to-all" if cost.dp_attention else "all-reduce", sole)
+                         "all-to-all" if cost.dp_attention else "all-reduce", sole, serial_steps(sv))
     # the engine's process keeps what ran on it: its steps' scheduling waits are split by it (observe.attribution)
     engine = CPUProcess(f"engine{k}", pool, recorder, keep_history=True)
     detok = CPUProcess(f"detokenizer{k}", pool, recorder) if sv.detokenizer == "separate" else None
