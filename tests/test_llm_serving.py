@@ -86,6 +86,20 @@ def test_a_step_without_a_captured_graph_launches_each_kernel(graphs):
     assert b["e2e_s"] - b["ttft_s"] == pytest.approx(a["e2e_s"] - a["ttft_s"], rel=1e-12)
 
 
+def test_vllm_v1_captures_graphs_up_to_twice_its_batch_limit():
+    """vLLM V1's capture sizes stop at min(2 x max_num_seqs, 512) tokens (``per_sequence`` 2)."""
+    from simulator.config.models import GraphCapture
+    from simulator.pipelines.llm.settings import EngineSettings
+
+    v1 = GraphCapture(max_tokens=512, per_sequence=2)
+    assert (v1.for_batch(1024).max_tokens, v1.for_batch(128).max_tokens) == (512, 256)
+    assert GraphCapture(per_sequence=2).for_batch(40).max_tokens == 80
+    assert GraphCapture(max_tokens=256).for_batch(8) == GraphCapture(max_tokens=256)  # no bound per sequence
+    for max_batch, largest in ((40, 80), (1024, 512)):
+        sv = EngineSettings.from_scenario(load_scenario(merged(serving={"engine": "vllm-v1", "max_batch": max_batch})))
+        assert sv.replays_graph(largest, True) and not sv.replays_graph(largest + 1, False)
+
+
 def test_an_engine_profile_names_its_kernels_and_sets_the_modelled_ones():
     """The profile's kernels block lays its modelled kernels under the scenario keys; a scenario's own win."""
     sc = load_scenario(merged(serving={"engine": "vllm-0.6"}))

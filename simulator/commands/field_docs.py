@@ -231,6 +231,7 @@ FIELD_DOCS: dict[str, str] = {
     "EngineKernels.cuda_graphs": "Which steps the engine replays as CUDA graphs (the default of serving.graph_capture, key by key).",
     "Serving.graph_capture": "Which steps replay a CUDA graph (max_tokens, steps, sizes); others launch each kernel (default: the engine profile's kernels.cuda_graphs, else every step).",
     "GraphCapture.max_tokens": "Largest step, in tokens, with a captured graph (none: every size).",
+    "GraphCapture.per_sequence": "Captured steps also stop at this many tokens per sequence of serving.max_batch (vLLM V1: 2, V0: 1); none: no such bound.",
     "GraphCapture.steps": "all, or decode_only: steps with prompt chunks run eager.",
     "GraphCapture.sizes": "Only steps of exactly these sizes replay a graph (TensorRT-LLM without padding); none: any size up to max_tokens.",
     "Serving.decode_attention": "Decode attention kernel by KV layout: paged (vLLM, SGLang, TensorRT-LLM) or "

@@ -316,11 +316,23 @@ class Disaggregation(Strict):
 
 class GraphCapture(Strict):
     """Which steps an engine replays as a CUDA graph (one launch) rather than launching each kernel:
-    those of at most ``max_tokens`` tokens (None: every size), of every kind or decode-only steps."""
+    those of at most ``max_tokens`` tokens (None: every size) and at most ``per_sequence`` tokens per
+    sequence the engine may batch (``serving.max_batch``; None: no such bound), of every kind or
+    decode-only steps."""
 
     max_tokens: Optional[Count(MAX_CONTEXT)] = None
+    per_sequence: Optional[Count(64)] = None
     steps: Literal["all", "decode_only"] = "all"
     sizes: Optional[list[Count(MAX_CONTEXT)]] = None  # only steps of exactly these sizes (no padding)
+
+    def for_batch(self, max_batch: int) -> "GraphCapture":
+        """This capture for an engine of ``max_batch`` sequences: ``max_tokens`` bounded by
+        ``per_sequence`` x ``max_batch`` (vLLM sizes its captures from max_num_seqs)."""
+        if self.per_sequence is None:
+            return self
+        bound = self.per_sequence * max_batch
+        return self.model_copy(update={"max_tokens": bound if self.max_tokens is None else min(self.max_tokens, bound),
+                                       "per_sequence": None})
 
     def covers(self, tokens: int, prefill: bool) -> bool:
         """Whether a step of ``tokens`` tokens (``prefill``: with prompt chunks) has a captured graph: of

@@ -517,6 +517,7 @@ class LLMCostModel:
         if self.moe is None:
             self.moe = FusedMoEKernel.from_catalog(catalog.kernels()["fused_moe"])
         self._rank_shares = None  # the ranks' shares of the routed pairs (None: equal, no placement to ask)
+        self._kernels = None  # kernels_per_step, once counted
         if self.expert_parallel and self.tp > 1 and (self.expert_skew or self.eplb):
             loads = expert_loads(self.shape.experts, self.expert_skew)
             self._rank_shares = (eplb_shares(loads, self.tp, self.redundant_experts) if self.eplb
@@ -725,7 +726,12 @@ class LLMCostModel:
 
     def kernels_per_step(self) -> int:
         """Kernel launches of one step (for eager-mode launch cost): each layer's operators and
-        its attention, and the step's own."""
+        its attention, and the step's own (counted once: every replica's engine asks)."""
+        if self._kernels is None:
+            self._kernels = self._count_kernels()
+        return self._kernels
+
+    def _count_kernels(self) -> int:
         s = self.shape
         per_layer = sum(op.count for op in self._linear_ops(1)) + 1
         dense = sum(op.count for op in self._linear_ops(1, dense_mlp=True)) + 1 if s.dense_layers else per_layer

@@ -50,7 +50,7 @@ class EngineSettings:
                    sv.detokenizer, sv.stream_interval, scenario.hardware.cuda_graphs,
                    last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process, sv.multi_step,
                    prefix_cache_insert=sv.prefix_cache_insert, free_last_mile=free,
-                   graph_capture=sv.graph_capture)
+                   graph_capture=sv.graph_capture.for_batch(sv.max_batch))
 
     def replays_graph(self, tokens: int, prefill: bool) -> bool:
         """Whether a step of ``tokens`` tokens (``prefill``: with prompt chunks in it) replays a CUDA graph:
