@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from . import progress
+from . import forked, progress
 from .config import loader
 from .errors import ConfigError
 from .kinds import KINDS
@@ -42,17 +42,43 @@ def load_scenario(scenario: str | Path | Mapping | None = None, overrides: Mappi
     return sc
 
 
-def simulate(scenario, last_mile_cost: bool = False) -> Result:
+def simulate(scenario, last_mile_cost: bool = False, parallel: bool = True) -> Result:
     """Run a validated scenario with its kind's pipeline; the summary is checked against the kind's type.
     With ``last_mile_cost``, a kind that has a counterfactual (LLM serving) simulates the scenario
-    again with its last mile free and adds the difference (``last_mile_cost``): twice the work."""
+    again with its last mile free and adds the difference (``last_mile_cost``): twice the work, done
+    on a second core in a forked child where ``parallel`` and :mod:`simulator.forked` allow (the
+    same figures either way)."""
     kind = KINDS[scenario.kind]
-    result = kind.simulate(scenario)
-    if last_mile_cost and kind.counterfactual is not None:
-        with progress.no_details():  # (the same deployment again: ``-v`` said what it had to say)
-            kind.counterfactual(scenario, result, kind.simulate)
+    counterfactual = kind.counterfactual if last_mile_cost else None
+    other = counterfactual[0](scenario) if counterfactual is not None else None
+    child = forked.start(_summary_of, kind.simulate, other) if other is not None and parallel else None
+    try:
+        result = kind.simulate(scenario)
+        if other is not None and result.summary.get("status") != "oom":  # (a layout that did not fit ran nothing)
+            counterfactual[1](result, _joined(child, kind.simulate, other))
+    finally:
+        if child is not None:
+            child.stop()
     result.summary = kind.summary.model_validate(result.summary).model_dump(mode="json", exclude_unset=True)
     return result
+
+
+def _summary_of(simulate, scenario) -> dict:
+    """In a forked child: the counterfactual's summary, with nothing printed (the parent's progress speaks)."""
+    progress.configure(progress.QUIET)
+    return simulate(scenario).summary
+
+
+def _joined(child, simulate, scenario) -> dict:
+    """The counterfactual's summary: the child's, or (without a child, or where it failed) simulated
+    here, so what it raises is raised as it would be without a child."""
+    if child is not None:
+        try:
+            return child.join()
+        except forked.ChildFailed:
+            pass
+    with progress.no_details():  # (the same deployment again: ``-v`` said what it had to say)
+        return simulate(scenario).summary
 
 
 def run(scenario: str | Path | Mapping | None = None, overrides: Mapping[str, Any] | None = None,

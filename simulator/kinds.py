@@ -32,8 +32,9 @@ class Kind:
     check_at: str | None = None
     """``check(scenario)``: what can be known before simulating; raises ConfigError."""
     counterfactual_at: str | None = None
-    """``add(scenario, result, simulate)``: the last mile's cost, by simulating the scenario with it
-    free, added to the result's summary (kinds without one have no such block)."""
+    """A module (not ``module:attribute``) with ``counterfactual_of(scenario)``, the scenario simulated
+    beside a run for the last mile's cost (None: none), and ``add_last_mile_cost(result, summary)``,
+    which adds the difference to the run's summary (kinds without one have no such block)."""
 
     def _load(self, where: str) -> Any:
         module, _, attr = where.partition(":")
@@ -60,15 +61,19 @@ class Kind:
         return self._load(self.check_at) if self.check_at else None
 
     @property
-    def counterfactual(self) -> Callable | None:
-        return self._load(self.counterfactual_at) if self.counterfactual_at else None
+    def counterfactual(self) -> tuple[Callable, Callable] | None:
+        """(the counterfactual of a scenario, how its summary is added to the run's), or None."""
+        if not self.counterfactual_at:
+            return None
+        where = self.counterfactual_at
+        return self._load(f"{where}:counterfactual_of"), self._load(f"{where}:add_last_mile_cost")
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("llm", scenario_at="config.models:LLMScenario", simulate_at="pipelines.llm.serving:simulate",
          summary_at="observe.summaries:LLMSummary", format_at="report.text:format_llm",
          catalogs=("llms",), default_model="llama-3-8b", check_at="pipelines.llm.pools:check_parallel",
-         counterfactual_at="pipelines.llm.counterfactual:with_last_mile_cost"),
+         counterfactual_at="pipelines.llm.counterfactual"),
     Kind("dit", scenario_at="config.dit_models:DiTScenario", simulate_at="pipelines.dit:simulate",
          summary_at="observe.summaries:DiTSummary", format_at="report.dit_text:format_dit",
          catalogs=("dits",)),

@@ -32,9 +32,10 @@ def coalesced(monkeypatch):
 
 
 def both(raw: dict, **overrides):
-    """The same scenario stepped one by one and with decode runs."""
+    """The same scenario stepped one by one and with decode runs (without the last-mile counterfactual,
+    which ``serving.last_mile: free`` checks on its own, so ``coalesced`` counts this run's steps alone)."""
     overrides.setdefault("record_spans", False)
-    runs = {c: simulator.run(raw, {**overrides, "coalesce_decode": c}) for c in (False, True)}
+    runs = {c: simulator.run(raw, {**overrides, "coalesce_decode": c}, last_mile_cost=False) for c in (False, True)}
     return runs[False], runs[True]
 
 
@@ -165,6 +166,12 @@ def test_runs_reproduce_a_sole_replicas_tp_and_pp_traffic(model, gpu, parallel, 
         assert np.abs(sa["end"].to_numpy() - sb["end"].to_numpy()).max() <= 1e-9
 
 
+def covered(serving: dict) -> float:
+    """The share of steps runs cover: nearly all, but about half where a quarter of the memory keeps
+    preempting (a preemption ends a run; TensorRT-LLM's profile at 0.25: 54-88% of the steps)."""
+    return 0.5 if "gpu_memory_utilization" in serving else 0.9
+
+
 SYNC_IN_ENGINE = {"overlap": "sync", "detokenizer": "engine", "api_server_process": "own", "stream_interval": 1}
 """The layout runs cover, set over an engine profile's own defaults."""
 
@@ -192,7 +199,7 @@ def test_runs_reproduce_detokenization_in_the_api_server(engine, extra, coalesce
     raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={
         "engine": engine, **SYNC_IN_ENGINE, "detokenizer": "api_server", **extra.get("serving", {})})
     a, b = both(raw, **{k: v for k, v in extra.items() if k != "serving"})
-    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert coalesced[0] > covered(extra.get("serving", {})) * a.summary["steps"]
     assert_same(a, b)
     assert b.summary["breakdown_share"]["detokenize"] > 0
 
@@ -215,7 +222,7 @@ def test_runs_reproduce_several_api_servers_that_receive_or_detokenize_their_par
     raw = trace_scenario("splitwise_conv.csv", 250, "8/s", serving={"engine": engine, "api_servers": 3, **serving,
                                                                     "stream_interval": interval})
     a, b = both(raw, record_spans=spans, max_sim_time="40 s")
-    assert coalesced[0] > 0.9 * a.summary["steps"]
+    assert coalesced[0] > covered(serving) * a.summary["steps"]
     assert_same(a, b)
     if spans:
         assert list(a.spans["track"]) == list(b.spans["track"]) and list(a.spans["name"]) == list(b.spans["name"])

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simulator"
 
 # Each layer may import itself and the layers before it in this list.
 LAYERS = [
-    {"units", "errors", "progress", "kinds", "invariants"},
+    {"units", "errors", "progress", "kinds", "invariants", "forked"},
     {"config"},
     {"observe"},       # recording and metrics over plain arrays: used by the hardware models' spans
     {"hardware"},

@@ -8,14 +8,13 @@ when figures are drawn, so loading the package stays fast.
 
 from __future__ import annotations
 
-import os
 import textwrap
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import forked
 from .records import CPU_ACTIVITY
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built, not to load the module
@@ -316,39 +315,11 @@ def write_run_figures(result, folder: str | Path) -> list[Path]:
     return draw_figures(figure_data(result), folder)
 
 
-class FigureChild:
-    """A forked process drawing a run's figures; :meth:`join` waits for it and raises what it raised."""
-
-    def __init__(self, pid: int, fd: int):
-        self.pid, self.fd = pid, fd
-
-    def join(self) -> None:
-        with os.fdopen(self.fd, "rb") as pipe:
-            message = pipe.read().decode("utf-8", "replace")
-        _, status = os.waitpid(self.pid, 0)
-        if status:
-            raise RuntimeError(f"drawing the run's figures failed: {message or f'exit status {status}'}")
-
-
-def fork_figures(result, folder: Path) -> FigureChild | None:
-    """Draw the run's figures in a forked child while the caller goes on (None where the platform
-    cannot fork: the caller draws them itself). What they show is read here first, so the child
-    touches none of the result's files (their offsets are shared with this process); it writes only
-    the figure files and leaves with ``os._exit``, so nothing of the parent's is flushed or run twice."""
-    if not hasattr(os, "fork"):
+def fork_figures(result, folder: Path):
+    """Draw the run's figures in a forked child while the caller goes on (:mod:`simulator.forked`;
+    None where it cannot fork: the caller draws them itself). What they show is read here first, so
+    the child touches none of the result's files (their offsets are shared with this process) and
+    writes only the figure files. The child's ``join`` raises where they could not be drawn."""
+    if not forked.can_fork():
         return None
-    data = figure_data(result)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 0
-        try:
-            os.close(read)
-            draw_figures(data, folder)
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            os.write(write, f"{type(exc).__name__}: {exc}".encode()[:4000])
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write)
-    return FigureChild(pid, read)
+    return forked.start(draw_figures, figure_data(result), folder)

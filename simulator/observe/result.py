@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import yaml
 
+from .. import forked
 from .figures import fork_figures, write_run_figures
 from .perfetto import MAX_TRACE_SPANS
 
@@ -190,7 +191,10 @@ class Result:
             self._write_files(out, trace, full_trace)
         finally:
             if child is not None:
-                child.join()  # raises where the figures could not be drawn
+                try:
+                    child.join()
+                except forked.ChildFailed as exc:
+                    raise RuntimeError(f"drawing the run's figures failed: {exc}") from None
         if figures and child is None:
             write_run_figures(self, out)
         return out

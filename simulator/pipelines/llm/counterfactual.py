@@ -45,10 +45,13 @@ def last_mile_cost(base: dict, free: dict) -> dict:
     return out
 
 
-def with_last_mile_cost(scenario, result, simulate) -> None:
-    """Add ``last_mile_cost`` to ``result.summary`` by simulating the counterfactual with ``simulate``
-    (nothing to add for a run that did not run, or that is itself the counterfactual)."""
-    if scenario.serving.last_mile == "free" or result.summary.get("status") == "oom":
-        return
-    free = simulate(free_scenario(scenario))
-    result.summary["last_mile_cost"] = last_mile_cost(result.summary, free.summary)
+def counterfactual_of(scenario):
+    """The scenario to simulate beside ``scenario`` for its ``last_mile_cost`` (None where it is itself
+    the counterfactual)."""
+    return None if scenario.serving.last_mile == "free" else free_scenario(scenario)
+
+
+def add_last_mile_cost(result, free_summary: dict) -> None:
+    """Add ``last_mile_cost`` to ``result.summary`` from the counterfactual's summary (the caller
+    simulates no counterfactual for a run that did not run: ``status: oom``)."""
+    result.summary["last_mile_cost"] = last_mile_cost(result.summary, free_summary)
