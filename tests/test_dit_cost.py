@@ -99,6 +99,43 @@ def test_vae_decoder_params_fit_inside_the_vae():
         assert 0.5 * vae.params < dit.vae_decoder_params(vae) < 0.65 * vae.params
 
 
+def test_wan_vae_decoder_halves_channels_at_each_upsample():
+    # Wan2.1 vae.py Resample: Conv2d(dim, dim // 2); the decoder's 73.3 M parameters (dits.yaml) count it
+    wan = VAEArch.from_dict(CATALOG["wan-vae"])
+    assert within(dit.vae_decoder_params(wan), 73.3e6, 0.002)
+    assert dit.vae_decoder_params(wan.model_copy(update={"upsample_halves": False})) > 77e6
+
+
+def _wan_ops(channels_last=False, eager=True, frames=17):
+    from simulator.pipelines.dit_cost import vae_eager
+    wan = VAEArch.from_dict(CATALOG["wan-vae"])
+    return dit.vae_decode_ops(384, 640, "bf16", 1, wan, frames, vae_eager(wan, channels_last) if eager else None)
+
+
+def test_wan_vae_eager_norms_are_the_census_passes():
+    # RMS_norm + SiLU: norm read, division, * scale, * gamma, + bias, SiLU = 11 passes, against one fused each way
+    eager = {op.name: op for op in _wan_ops() if op.name.endswith("norm_silu")}
+    fused = {op.name: op for op in _wan_ops(eager=False) if op.name.endswith("norm_silu")}
+    assert eager.keys() == fused.keys() and eager
+    for name, op in eager.items():
+        assert op.bytes == pytest.approx(fused[name].bytes * 11 / 2)
+
+
+def test_wan_vae_cached_conv_census_at_the_top_level():
+    # up3 (96 channels at 384 x 640, 4 frames a call past the first latent frame): a cached 3x3x3 conv's input of
+    # x elements costs the cache's concatenation (1.5x read and written), the clone of 2 of 4 frames (read, write),
+    # F.pad's fill and copy (3 passes of 1.5x) and, channels_last, the relayout (2 passes of 1.5x)
+    ops = {op.name: op for op in _wan_ops(channels_last=True)}
+    x = 17 * 384 * 640 * 96  # the top level's elements over the whole video: 17 frames
+    assert ops["up3.res1.conv1.cache_cat"].bytes == pytest.approx(2 * 1.5 * x * 2)
+    assert ops["up3.res1.conv1.cache_clone"].bytes == pytest.approx(2 * 0.5 * x * 2)
+    assert ops["up3.res1.conv1.pad"].bytes == pytest.approx(3 * 1.5 * x * 2)
+    assert ops["up3.res1.conv1.relayout"].bytes == pytest.approx(2 * 1.5 * x * 2)
+    assert ops["up3.res1.conv1.bias"].bandwidth_share == pytest.approx(0.374)
+    ncdhw = {op.name: op for op in _wan_ops(channels_last=False)}
+    assert "up3.res1.conv1.relayout" not in ncdhw and ncdhw["up3.res1.conv1.bias"].bandwidth_share == 1.0
+
+
 # ---- tokens and scaling --------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", DITS)

@@ -42,7 +42,7 @@ TOLERANCE = {
     # Video DiTs (issue 28, out of sample): the speed-up past 4 GPUs and the VAE decode's data movement
     # are missing (see the families' notes)
     ("dit_video", "latency_s"): (16, 38),
-    ("dit_video_vae", "vae_s"): (50, 54),
+    ("dit_video_vae", "vae_s"): (34, 36),  # the eager census: convolutions 0.94 s of 1.26 s, copies 0.17 of 0.51 s (notes)
     # A live vLLM under load (issues 11 and 25): TPOT and E2E meet the target and no stage saturates
     # (test_the_live_vllm_20_per_s_stages_are_served); TTFT is 10-24% low, 51% at 70B's 20 req/s (notes).
     ("vllm_serving_h100", "ttft_ms"): (22, 52),

@@ -140,6 +140,12 @@ class VAEArch(_Shape):
     temporal_upsample: tuple[Flag, ...] = ()
     conv_frames: Dim = 1
     chunk_latent_frames: Optional[Dim] = None  # latent frames a decoder call takes (None: the whole video)
+    # each up level's 2-D upsample convolution halves the channels, so the next level's first resnet takes half
+    # (Wan-VAE's Resample: Conv2d(dim, dim // 2)); AutoencoderKL's Upsample2D keeps them
+    upsample_halves: Flag = False
+    # the published eager code whose element-wise kernels around the convolutions the decoder runs
+    # (kernels.yaml vae_eager); None: one fused norm and activation per resnet, as a compiled decoder would
+    eager_code: Optional[Literal["wan"]] = None
     params: Params
     sources: dict[str, Any] = {}
 

@@ -230,6 +230,10 @@ class Kernels(Strict):
     attention: Literal["flash2", "flash3"] = Field("flash2", description=(
         "The attention kernel: flash2 (the flash-attn package and PyTorch's SDPA flash backend, what diffusers, xDiT "
         "and the Wan and HunyuanVideo repositories call) or flash3 (Hopper only)."))
+    vae_layout: Literal["ncdhw", "channels_last_3d"] = Field("ncdhw", description=(
+        "The memory format of an eager video VAE's Conv3d weights: ncdhw (PyTorch's default: the Wan and diffusers "
+        "code) or channels_last_3d (SGLang-Diffusion's default since its PR #23200), which copies every convolution's "
+        "input into that layout and adds its bias in an unvectorised kernel (kernels.yaml vae_eager)."))
 
 
 def parse_resolution(v) -> tuple[int, int]:

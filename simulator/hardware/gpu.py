@@ -114,7 +114,7 @@ class GPU:
 
     def op_time(self, op: Op) -> float:
         """GPU time of ``op`` (all its ``count`` repetitions), seconds."""
-        mem = op.bytes / self.bandwidth
+        mem = op.bytes / (self.bandwidth * op.bandwidth_share)
         rate = self.flops_rate(op.dtype)
         if op.gemm is not None:
             eff, waves, stages = self.tiling(*op.gemm)

@@ -14,7 +14,9 @@ class Op:
 
     ``gemm`` carries the (m, n, k) shape of a matrix multiply so the GPU model can account
     for tile and wave quantization; ``None`` for everything else (attention, norms, elementwise).
-    ``dtype`` picks the peak: ``"bf16"``, ``"fp16"``, ``"fp8"`` or ``"fp32"``.
+    ``dtype`` picks the peak: ``"bf16"``, ``"fp16"``, ``"fp8"`` or ``"fp32"``. ``bandwidth_share``: the
+    share of the GPU's achievable HBM bandwidth the kernel reaches (below 1 for a kernel measured to fall
+    short of it, such as an unvectorised broadcast add).
     """
 
     name: str
@@ -23,3 +25,4 @@ class Op:
     gemm: tuple[int, int, int] | None = None
     count: int = 1
     dtype: str = "bf16"
+    bandwidth_share: float = 1.0

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from ..config import catalog
 from ..hardware.gpu import GPU
 from ..hardware.ops import Op
+from ..workloads.dit import VAEEager
 
 _ATTN_NAMES = ("self_attn", "cross_attn", "joint_attn")
 
@@ -42,6 +43,15 @@ def attention_fraction(arch: str, kernel: str, head_dim: int) -> float | None:
         return None
     dims = sorted(int(d) for d in by_dim)
     return float(by_dim[next((d for d in dims if d >= head_dim), dims[-1])])
+
+
+def vae_eager(vae, channels_last: bool) -> VAEEager | None:
+    """The element-wise kernels ``vae``'s eager decoder code runs around its convolutions (``kernels.yaml``
+    vae_eager, by ``vae.eager_code``; None without a census), its Conv3d weights channels_last_3d or not."""
+    if vae.eager_code is None:
+        return None
+    census = {k: v for k, v in kernel_catalog()["vae_eager"][vae.eager_code].items() if k != "sources"}
+    return VAEEager(**census, channels_last=channels_last)
 
 
 def eager_ops(key: str, kind: str | None = None) -> int:

@@ -436,35 +436,103 @@ def _conv(name: str, pixels: int, cin: int, cout: int, ksize: int, dtype: str, d
     return _linear(name, pixels, cout, cin * ksize * ksize * depth, dtype)
 
 
-def _cached_conv(name: str, pixels: int, cin: int, cout: int, dtype: str, depth: int, cat: float) -> list[Op]:
-    """A 3x3 convolution ``depth`` frames deep; with a feature cache (``cat`` > 0) its input is first
-    concatenated after the cached frames (torch.cat: ``cat`` input's worth more read and all written)."""
-    conv = _conv(name, pixels, cin, cout, 3, dtype, depth)
-    if not cat:
-        return [conv]
-    moved = pixels * cin * (1 + cat)
-    return [_eltwise(name + ".cache_cat", moved, moved, 0, dtype), conv]
+@dataclass(frozen=True)
+class VAEEager:
+    """The element-wise kernels an eager video VAE decoder runs around its convolutions, in passes over a
+    tensor (``kernels.yaml`` vae_eager, by the decoder's published code), and whether its Conv3d weights are
+    channels_last_3d (each convolution's input then copied into that layout, its bias added unvectorised)."""
+
+    norm_silu_passes: int
+    cache_clone_frames: int
+    pad_passes: int
+    relayout_passes: int
+    bias_passes: int
+    bias_share_channels_last: float
+    time_interleave_passes: int
+    rearrange_passes: int
+    channels_last: bool = False
+
+    def bias(self, name: str, elements: float, dtype: str, conv3d: bool = True) -> Op:
+        """The bias added after a convolution by a kernel of its own (unvectorised on a channels_last_3d output:
+        the 3-D convolutions'; the 2-D ones run NCHW)."""
+        share = self.bias_share_channels_last if self.channels_last and conv3d else 1.0
+        return _passes(name + ".bias", elements, self.bias_passes, dtype, share)
 
 
-def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str, depth: int = 1, cat: float = 0.0) -> list[Op]:
-    ops = [_eltwise(p + "norm_silu", pixels * cin, pixels * cin, 8, dtype),
-           *_cached_conv(p + "conv1", pixels, cin, cout, dtype, depth, cat),
-           _eltwise(p + "norm_silu", pixels * cout, pixels * cout, 8, dtype),
-           *_cached_conv(p + "conv2", pixels, cout, cout, dtype, depth, cat)]
+def _passes(name: str, elements: float, passes: float, dtype: str, share: float = 1.0) -> Op:
+    """``passes`` reads or writes of ``elements`` activations by kernels that compute nothing (copies, fills)."""
+    return Op(name, 0.0, float(passes * elements * act_bytes(dtype)), dtype=_act_dtype(dtype), bandwidth_share=share)
+
+
+def _cached_conv(name: str, pixels: int, cin: int, cout: int, dtype: str, depth: int, cat: float,
+                 eager: VAEEager | None = None, ksize: int = 3) -> list[Op]:
+    """A ``ksize`` x ``ksize`` convolution ``depth`` frames deep; with a feature cache (``cat`` > 0: the cached
+    frames over a call's own) its input is first concatenated after the cached frames (torch.cat: ``cat``
+    input's worth more read and all written). With the eager census (``eager``), also what the decoder's code
+    runs around it: the clone of the call's last frames as the next cache (with the previous cache's last frame
+    where the call has fewer), the padding (a fill and a copy, or, with no spatial padding, a clone), the copy
+    into channels_last_3d, and the bias."""
+    conv = _conv(name, pixels, cin, cout, ksize, dtype, depth)
+    x = pixels * cin
+    ops = [_eltwise(name + ".cache_cat", x * (1 + cat), x * (1 + cat), 0, dtype)] if cat else []
+    if eager is None:
+        return ops + [conv]
+    if cat:
+        frames = (depth - 1) / cat  # the call's own frames at this level
+        kept = min(eager.cache_clone_frames, frames)
+        ops.append(_passes(name + ".cache_clone", x * kept / frames, 2, dtype))
+        if frames < eager.cache_clone_frames:  # torch.cat of the previous cache's last frame and the clone
+            ops.append(_passes(name + ".cache_pair", x * eager.cache_clone_frames / frames, 2, dtype))
+    padded = x * (1 + cat)
+    pad = eager.pad_passes if ksize > 1 else eager.pad_passes - 1  # all-zero padding: constant_pad_nd clones
+    ops.append(_passes(name + ".pad", padded, pad, dtype))
+    if eager.channels_last:
+        ops.append(_passes(name + ".relayout", padded, eager.relayout_passes, dtype))
+    return ops + [conv, eager.bias(name, pixels * cout, dtype)]
+
+
+def _norm_silu(name: str, elements: float, dtype: str, eager: VAEEager | None) -> Op:
+    """A resnet's norm and activation: one fused pass each way, or the eager code's separate kernels."""
+    if eager is None:
+        return _eltwise(name, elements, elements, 8, dtype)
+    return Op(name, 8.0 * elements, float(eager.norm_silu_passes * elements * act_bytes(dtype)),
+              dtype=_act_dtype(dtype))
+
+
+def _resnet(p: str, pixels: int, cin: int, cout: int, dtype: str, depth: int = 1, cat: float = 0.0,
+            eager: VAEEager | None = None) -> list[Op]:
+    ops = [_norm_silu(p + "norm_silu", pixels * cin, dtype, eager),
+           *_cached_conv(p + "conv1", pixels, cin, cout, dtype, depth, cat, eager),
+           _norm_silu(p + "norm_silu", pixels * cout, dtype, eager),
+           *_cached_conv(p + "conv2", pixels, cout, cout, dtype, depth, cat, eager)]
     if cin != cout:
         ops.append(_conv(p + "shortcut", pixels, cin, cout, 1, dtype))
+        if eager is not None:
+            ops.append(eager.bias(p + "shortcut", pixels * cout, dtype))
     ops.append(_eltwise(p + "residual", 2 * pixels * cout, pixels * cout, 1, dtype))
     return ops
 
 
+def _upsample(p: str, px: int, c: int, cout: int, dtype: str, eager: VAEEager | None) -> list[Op]:
+    """A 2-D nearest upsample of every frame and its 3x3 convolution to ``cout`` channels (with the eager
+    census: the copy that gathers the frames for it from an NCDHW tensor, and the bias)."""
+    ops = [_eltwise(p + "upsample", px * c, 4 * px * c, 0, dtype), _conv(p + "upsample_conv", 4 * px, c, cout, 3, dtype)]
+    if eager is not None:
+        if not eager.channels_last:
+            ops.insert(0, _passes(p + "rearrange", px * c, eager.rearrange_passes, dtype))
+        ops.append(eager.bias(p + "upsample_conv", 4 * px * cout, dtype, conv3d=False))
+    return ops
+
+
 def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
-                   vae: VAEArch = SD_VAE, frames: int | None = None) -> list[Op]:
+                   vae: VAEArch = SD_VAE, frames: int | None = None, eager: VAEEager | None = None) -> list[Op]:
     """AutoencoderKL decoder from the latent to ``height`` x ``width`` RGB, per its structure.
 
     conv_in, a mid block (resnet, single-head attention over all latent pixels, resnet), then
     one up block per level with ``layers_per_block + 1`` resnets and a nearest-2x upsample +
-    3x3 conv between levels, then norm and conv_out. Conv FLOPs scale with pixels; the mid
-    attention with pixels², which is why 2048² costs 4.6x rather than 4x of 1024².
+    3x3 conv between levels (to half the channels where ``vae.upsample_halves``), then norm and
+    conv_out. Conv FLOPs scale with pixels; the mid attention with pixels², which is why 2048²
+    costs 4.6x rather than 4x of 1024².
 
     A video VAE (``vae.temporal_downsample`` > 1, Wan-VAE's Decoder3d) runs the same levels over every
     frame with causal 3-D convolutions ``vae.conv_frames`` deep, its mid attention within each frame,
@@ -473,6 +541,7 @@ def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
     ``vae.chunk_latent_frames`` at a time, each 3-D convolution first concatenates the previous chunk's
     last ``conv_frames - 1`` frames before its input (Wan-VAE's feat_cache, a copy per call: SGLang PR
     #34125 attributes 0.51 s of a 2.59 s Wan-VAE decode on an H200 to these copies, the convolutions 1.26 s).
+    ``eager``: the element-wise kernels the decoder's eager code runs around its convolutions (:class:`VAEEager`).
     """
     f = vae.downsample
     if height <= 0 or width <= 0 or height % f or width % f:
@@ -488,31 +557,34 @@ def vae_decode_ops(height: int, width: int, dtype: str = "bf16", batch: int = 1,
     ops: list[Op] = []
     if vae.quant_conv:
         ops.append(_conv("post_quant_conv", px, vae.latent_channels, vae.latent_channels, 1, dtype))
-    ops += _cached_conv("conv_in", px, vae.latent_channels, chans[0], dtype, depth, cat())
+    ops += _cached_conv("conv_in", px, vae.latent_channels, chans[0], dtype, depth, cat(), eager)
     c = chans[0]
-    ops += _resnet("mid.res0.", px, c, c, dtype, depth, cat())
+    ops += _resnet("mid.res0.", px, c, c, dtype, depth, cat(), eager)
     if vae.mid_attention:
         ops += [_eltwise("mid.attn_norm", px * c, px * c, 5, dtype),
                 _linear("mid.attn_qkv", px, 3 * c, c, dtype),
                 _attention("mid.attn", batch * t, 1, lat, lat, c, dtype),
                 _linear("mid.attn_out", px, c, c, dtype),
                 _eltwise("mid.attn_residual", 2 * px * c, px * c, 1, dtype)]
-    ops += _resnet("mid.res1.", px, c, c, dtype, depth, cat())
+    ops += _resnet("mid.res1.", px, c, c, dtype, depth, cat(), eager)
     for level, cout in enumerate(chans):
         for j in range(vae.layers_per_block + 1):
-            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype, depth, cat())
+            ops += _resnet(f"up{level}.res{j}.", px, c, cout, dtype, depth, cat(), eager)
             c = cout
         if level < len(chans) - 1:
             if vae.temporal_upsample and vae.temporal_upsample[level]:
-                ops.append(_conv(f"up{level}.time_conv", px, c, 2 * c, 1, dtype, 3))
+                ops += _cached_conv(f"up{level}.time_conv", px, c, 2 * c, dtype, depth, cat(), eager, ksize=1)
+                if eager is not None:
+                    ops.append(_passes(f"up{level}.time_interleave", px * 2 * c, eager.time_interleave_passes, dtype))
                 px = px // t * (2 * t - 1)
                 t = 2 * t - 1
                 chunk = chunk and 2 * chunk
-            ops += [_eltwise(f"up{level}.upsample", px * c, 4 * px * c, 0, dtype),
-                    _conv(f"up{level}.upsample_conv", 4 * px, c, c, 3, dtype)]
+            up = c // 2 if vae.upsample_halves else c
+            ops += _upsample(f"up{level}.", px, c, up, dtype, eager)
             px *= 4
-    ops += [_eltwise("norm_out_silu", px * c, px * c, 8, dtype),
-            *_cached_conv("conv_out", px, c, vae.out_channels, dtype, depth, cat())]
+            c = up
+    ops += [_norm_silu("norm_out_silu", px * c, dtype, eager),
+            *_cached_conv("conv_out", px, c, vae.out_channels, dtype, depth, cat(), eager)]
     return ops
 
 

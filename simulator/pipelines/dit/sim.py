@@ -26,6 +26,7 @@ from ...hardware.cpu import CorePool, CPUProcess
 from ...hardware.topology import Topology
 from ...observe.spans import SpanRecorder
 from ...workloads import dit as W
+from ..dit_cost import vae_eager
 from ...workloads.dit_requests import Shape, own_shape, shaped
 from .model import DiTModel
 from .queue import POLICIES, Job, Queue
@@ -74,7 +75,8 @@ class Pass:
               if sc.text_encode and arch.text_encoders else 0.0)
         vae = 0.0
         if sc.delivery.vae:
-            t = m.gpu.ops_time(W.vae_decode_ops(sc.height, sc.width, "bf16", images, arch.vae, sc.frames))
+            eager = vae_eager(arch.vae, sc.kernels.vae_layout == "channels_last_3d")
+            t = m.gpu.ops_time(W.vae_decode_ops(sc.height, sc.width, "bf16", images, arch.vae, sc.frames, eager))
             if sc.parallel.vae_parallel and lay.n_gpus > 1:
                 img = images * _frames(sc) * sc.height * sc.width * RGB * m.act_bytes
                 t = t / lay.n_gpus + allgather_time(img, lay.n_gpus, m.link.bandwidth, m.link.latency)
