@@ -102,7 +102,8 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
                    "workload.prompt_tokens": prompt, "workload.output_tokens": int(r["output_len"]),
                    "serving.stream_interval": int(r["stream_interval"]), "serving.api_servers": int(r["api_servers"]),
                    "serving.overlap": "async" if r.get("async_scheduling", True) else "sync"}
-        label = Point(r["concurrency"], r["stream_interval"], r["api_servers"], r.get("async_scheduling", True)).label
+        label = Point(r["concurrency"], r["stream_interval"], r["api_servers"], r.get("async_scheduling", True),
+                      int(r["output_len"])).label
         cases.append({"case": label, "set": setting,
                       "measured": {m: float(f"{r[col]:.6g}") for m, col in METRICS.items()}})
     m = sidecar["measured"]

@@ -168,10 +168,12 @@ class Point:
     stream_interval: int = 1
     api_servers: int = 1
     async_scheduling: bool = True
+    output_len: int = OUTPUT_LEN  # tokens each response is made to carry (``--random-output-len``, ignore_eos)
 
     @property
     def label(self) -> str:
         extra = "" if self.async_scheduling else " no-async"
+        extra += "" if self.output_len == OUTPUT_LEN else f" out={self.output_len}"
         return f"c={self.concurrency} si={self.stream_interval} api={self.api_servers}{extra}"
 
 
@@ -183,17 +185,20 @@ def num_prompts_for(concurrency: int, quick: bool = False) -> int:
 
 
 def plan(concurrency=CONCURRENCY, stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS,
-         subset=SUBSET, sync_point: int | None = 64) -> list[Point]:
+         subset=SUBSET, sync_point: int | None = 64, output_len=(OUTPUT_LEN,)) -> list[Point]:
     """The sweep in priority order: every concurrency at the first stream interval and API-server count,
     then the other API-server counts, then the other stream intervals, at the ``subset`` concurrencies
-    (all of them when the subset does not intersect); last, one point without async scheduling."""
-    base_si, base_api = stream_interval[0], api_servers[0]
-    points = [Point(c, base_si, base_api) for c in concurrency]
+    (all of them when the subset does not intersect); then one point without async scheduling; last,
+    the ``subset`` concurrencies at the other output lengths (which set apart the API server's costs
+    per request and per output token, collinear at one length)."""
+    base_si, base_api, base_out = stream_interval[0], api_servers[0], output_len[0]
+    points = [Point(c, base_si, base_api, output_len=base_out) for c in concurrency]
     sub = [c for c in concurrency if c in subset] or list(concurrency)
-    points += [Point(c, base_si, a) for a in api_servers[1:] for c in sub]
-    points += [Point(c, s, base_api) for s in stream_interval[1:] for c in sub]
+    points += [Point(c, base_si, a, output_len=base_out) for a in api_servers[1:] for c in sub]
+    points += [Point(c, s, base_api, output_len=base_out) for s in stream_interval[1:] for c in sub]
     if sync_point is not None and sync_point in concurrency:
-        points.append(Point(sync_point, base_si, base_api, async_scheduling=False))
+        points.append(Point(sync_point, base_si, base_api, async_scheduling=False, output_len=base_out))
+    points += [Point(c, base_si, base_api, output_len=o) for o in output_len[1:] for c in sub]
     return points
 
 
@@ -379,7 +384,7 @@ def _client_cmd(python: str, model: Path, port: int, p: Point, n: int, result: P
     vllm = str(Path(python).parent / "vllm")
     return [vllm, "bench", "serve", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
             "--model", "tiny", "--tokenizer", str(model), "--dataset-name", "random",
-            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--ignore-eos",
+            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(p.output_len), "--ignore-eos",
             "--num-prompts", str(n), "--max-concurrency", str(p.concurrency), "--seed", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
             "--save-result", "--save-detailed", "--result-dir", str(result.parent),
@@ -479,7 +484,7 @@ def _row(engine: str, versions: dict, p: Point, n: int, stub, api_servers: int, 
     row = {
         "engine": engine, "engine_version": versions.get(engine), "async_scheduling": p.async_scheduling,
         "concurrency": p.concurrency, "stream_interval": p.stream_interval, "api_servers": api_servers,
-        "num_prompts": n, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
+        "num_prompts": n, "input_len": INPUT_LEN, "output_len": p.output_len,
         "stub_a_s": stub[0], "stub_b_s": stub[1], "stub_c_s": stub[2],
     }
     for metric in ("ttft", "tpot", "itl"):
@@ -528,7 +533,8 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
               server_taskset: str | None = None) -> Run:
     """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
     run = Run(p)
-    tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync")
+    tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync") \
+        + ("" if p.output_len == OUTPUT_LEN else f"_out{p.output_len}")
     steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(STUB_DIR)])
     env["LASTMILE_STUB_ASYNC"] = "1" if p.async_scheduling else "0"
     port = _free_port()
@@ -536,8 +542,9 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
     server = subprocess.Popen(_pinned(_server_cmd(python, model, port, p), server_taskset), env=env,
                               stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
     ccmd = _pinned(_client_cmd(python, model, port, p, n, result), client_taskset)
+    # settle: the stub's log thread writes its last rows within a second of the client's end
     got = _drive(run, server, server_log, lambda: _healthy(port), classify, ccmd, _engine_env(python), work, tag,
-                 result)
+                 result, settle=1.5)
     if got is not None:
         cpu, window, affinity = got
         run.row = _row("vllm", versions, p, n, stub, p.api_servers, result, cpu, window, steplog, affinity,
@@ -672,11 +679,13 @@ def fit_host_costs(rows: list[dict]) -> dict:
     API servers:  per_message * steps * api_servers + per_request * requests + per_chunk * SSE chunks
     client:       per_request * requests + per_chunk * SSE chunks
 
-    Every request here has the same input and output length, so a cost per request, per output token
-    and per request-step cannot be told apart (requests x 64 = tokens, and each request is scheduled
-    about 64 times); ``engine_core_per_request`` gives the engine core's fit with requests instead of
-    request-steps. ``steps * api_servers`` bounds the engine-output messages the API servers receive
-    (one per step per API server with a request in that step).
+    Where every request has the same output length, a cost per request, per output token and per
+    request-step cannot be told apart (requests x 64 = tokens, and each request is scheduled about 64
+    times); where the points' output lengths differ (``--output-len``), the API servers' fit takes a
+    cost per output token too (``per_token_s``: the output handler's detokenization and output per
+    token, whether or not its chunk merges it). ``engine_core_per_request`` gives the engine core's
+    fit with requests instead of request-steps. ``steps * api_servers`` bounds the engine-output
+    messages the API servers receive (one per step per API server with a request in that step).
     """
     rows = [{k: _num(v) for k, v in r.items()} for r in rows]
     rows = [r for r in rows if r.get("steps") and r.get("chunks")]
@@ -698,11 +707,20 @@ def fit_host_costs(rows: list[dict]) -> dict:
                               ["per_step_s", "per_request_step_s"], rows),
         "engine_core_per_request": _lstsq(np.c_[steps, requests], col("cpu_s_engine_core"),
                                           ["per_step_s", "per_request_s"], rows),
-        "api_server": _lstsq(np.c_[messages, requests, chunks], col("cpu_s_api"),
-                             ["per_message_s", "per_request_s", "per_chunk_s"], rows),
+        "api_server": _api_fit(rows, messages, requests, chunks, col),
         "client": _lstsq(np.c_[requests, chunks], col("cpu_s_client"), ["per_request_s", "per_chunk_s"], rows),
         **extra,
     }
+
+
+def _api_fit(rows, messages, requests, chunks, col) -> dict:
+    """The API servers' CPU seconds per message, request and chunk, and per output token where the output
+    lengths differ (else it is inside the per-request cost)."""
+    names = ["per_message_s", "per_request_s", "per_chunk_s"]
+    X = np.c_[messages, requests, chunks]
+    if len({r["output_len"] for r in rows}) > 1:
+        X, names = np.c_[X, col("output_tokens")], names + ["per_token_s"]
+    return _lstsq(X, col("cpu_s_api"), names, rows)
 
 
 def _num(value):
@@ -732,8 +750,8 @@ def _lstsq(X, y, names, rows) -> dict:
         "rms_residual_s": float(f"{np.sqrt(np.mean(resid ** 2)):.4g}"),
         "rms_rel_residual": float(f"{np.sqrt(np.mean((resid / np.maximum(np.abs(y), 1e-9)) ** 2)):.3g}"),
         "max_abs_rel_residual": float(f"{np.max(np.abs(resid) / np.maximum(np.abs(y), 1e-9)):.3g}"),
-        "points": [{"point": f"c={r['concurrency']} si={r['stream_interval']} api={r['api_servers']}"
-                    + ("" if r.get("async_scheduling", True) else " no-async"),
+        "points": [{"point": Point(r["concurrency"], r["stream_interval"], r["api_servers"],
+                                   r.get("async_scheduling", True), int(r.get("output_len", OUTPUT_LEN))).label,
                     "measured_s": round(float(a), 3), "fitted_s": round(float(b), 3)}
                    for r, a, b in zip(rows, y, pred)],
     }
@@ -799,17 +817,18 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
                    stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
                    work_dir: str | None = None, client_taskset: str | None = None,
                    server_taskset: str | None = None, progress=None,
-                   client_python: str | None = None) -> dict:
+                   client_python: str | None = None, output_len=(OUTPUT_LEN,)) -> dict:
     """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
 
     ``engine="sglang"``: ``python`` is SGLang's environment and ``client_python`` vLLM's (its
     ``vllm bench serve`` is the client; default .venv-vllm/bin/python); one API server
     (``api_servers`` is ignored)."""
+    python = os.path.abspath(python)  # the engine's commands run from the work folder (not resolved: a venv's python is a link)
     versions = engine_versions(python, engine)
     sglang = engine == "sglang"
     client_versions = None
     if sglang:
-        client_python = client_python or ".venv-vllm/bin/python"
+        client_python = os.path.abspath(client_python or ".venv-vllm/bin/python")
         client_versions = engine_versions(client_python, "vllm")
         api_servers = (1,)
     out = Path(out)
@@ -819,7 +838,8 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     if quick:
         concurrency, stream_interval, api_servers = tuple(concurrency)[:2], tuple(stream_interval)[:1], \
             tuple(api_servers)[:1]
-    points = plan(concurrency, stream_interval, api_servers, sync_point=None if quick else 64)
+    points = plan(concurrency, stream_interval, api_servers, sync_point=None if quick else 64,
+                  output_len=tuple(output_len))
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="lastmile-measure-engine-"))
     work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny-llama"

@@ -37,6 +37,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stream-interval", default="1,8", help="server --stream-interval values (default: %(default)s)")
     p.add_argument("--api-servers", default="1,2,4",
                    help="vllm only: server --api-server-count values (default: %(default)s)")
+    p.add_argument("--output-len", default="64",
+                   help="output tokens per response; the first for the whole sweep, each other one at the "
+                        "64/256/1024 concurrencies (default: %(default)s)")
     p.add_argument("--work-dir", default=None, help="keep the model folder, logs and raw results here (default: a temp dir)")
     p.add_argument("--client-taskset", default=None, help="pin the client to these CPUs (taskset -c LIST)")
     p.add_argument("--server-taskset", default=None, help="pin the server processes to these CPUs (taskset -c LIST)")
@@ -60,7 +63,8 @@ def main(args) -> int:
                             stream_interval=stream_interval, api_servers=api_servers, quick=args.quick,
                             work_dir=args.work_dir, client_taskset=args.client_taskset,
                             server_taskset=args.server_taskset,
-                            client_python=args.client_python if sglang else None)
+                            client_python=args.client_python if sglang else None,
+                            output_len=_ints(args.output_len, "--output-len"))
     meta = result["meta"]
     print(f"wrote {result['out']}: {len(result['rows'])} points, {args.engine} "
           f"{meta['versions'].get(args.engine)}"

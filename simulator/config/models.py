@@ -421,6 +421,7 @@ class Serving(Strict):
     overlap: Literal["sync", "async", "async_output"] = "sync"
     detokenizer: Literal["engine", "separate", "api_server"] = "engine"
     api_server_process: Literal["own", "engine"] = "own"
+    api_server_loop: Literal["fifo", "asyncio"] = "fifo"
     multi_step: Count(64) = 1
     api_servers: Count(1024) = 1
     stream_interval: Count(MAX_CONTEXT) = 1
@@ -909,6 +910,17 @@ class LLMScenario(ScenarioBase):
             raise ConfigError(f"api_servers={sv.api_servers} but with api_server_process: engine each of the "
                               f"{replicas} replica(s) serves its own API from its engine process; leave api_servers "
                               f"out or set it to {replicas}", path="serving.api_servers")
+        return self
+
+    @model_validator(mode="after")
+    def _asyncio_api_servers(self):
+        """The asyncio loop is vLLM V1's API server: it detokenizes its requests' ids in a process of its own."""
+        sv = self.serving
+        if sv.api_server_loop == "asyncio" and (sv.detokenizer != "api_server" or sv.api_server_process != "own"):
+            raise ConfigError("api_server_loop: asyncio models vLLM V1's API server, which detokenizes in its own "
+                              f"process; set detokenizer: api_server and api_server_process: own (they are "
+                              f"{sv.detokenizer} and {sv.api_server_process}), or api_server_loop: fifo",
+                              path="serving.api_server_loop")
         return self
 
     @model_validator(mode="after")

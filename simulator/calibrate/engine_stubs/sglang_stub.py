@@ -58,13 +58,7 @@ class _Timeline:
         self.rows: list = []
         self.last_flush = time.time()
         self.lock = threading.Lock()
-        if start_log(self.flush):
-            threading.Thread(target=self._flusher, name="lastmile-stub-log", daemon=True).start()
-
-    def _flusher(self) -> None:
-        while True:
-            time.sleep(1.0)
-            self.flush()
+        start_log(self.flush)  # written every second by the log thread
 
     def flush(self) -> None:
         if not LOG_PATH:

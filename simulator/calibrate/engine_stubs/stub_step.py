@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
+import time
 
 
 def env_float(name: str, default: float) -> float:
@@ -32,13 +34,26 @@ def step_seconds(decode_requests: int, prefill_tokens: int) -> float:
     return STEP_A + STEP_B * decode_requests + STEP_C * prefill_tokens
 
 
+LOG_EVERY_S = 1.0
+"""How often a background thread writes the logged steps: the engines' processes may end without running
+``atexit``, so a step log is complete once the server has been idle this long (the command waits longer
+before it stops the server)."""
+
+
 def start_log(flush) -> bool:
     """Open the step log the command asked for (``LASTMILE_STUB_LOG``): its header written once,
-    ``flush`` run at exit; False when no log is asked for."""
+    ``flush`` run every second by a daemon thread and at exit; False when no log is asked for."""
     if not LOG_PATH:
         return False
     if not os.path.exists(LOG_PATH):
         with open(LOG_PATH, "w") as f:
             f.write(LOG_HEADER)
     atexit.register(flush)
+
+    def every_second():
+        while True:
+            time.sleep(LOG_EVERY_S)
+            flush()
+
+    threading.Thread(target=every_second, name="lastmile-stub-log", daemon=True).start()
     return True

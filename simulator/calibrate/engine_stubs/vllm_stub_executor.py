@@ -197,7 +197,8 @@ class StubExecutor(Executor):
         if LOG_PATH:
             row = [launch, start, end, len(scheduler_output.num_scheduled_tokens), n_decode, n_prefill, None,
                    len(scheduler_output.scheduled_new_reqs), len(scheduler_output.preempted_req_ids or ())]
-            self._log_rows.append(row)
+            with self._log_lock:  # the log thread's flush swaps the list
+                self._log_rows.append(row)
         self._pending.append((scheduler_output, end, row))
         return _done(None) if non_block else None
 

@@ -533,7 +533,7 @@ class Engine:
         if len(step.only_prefill):  # a chunk that emits nothing: every milestone its GPU end
             self.placement.in_order(self, lambda: self.rows.extend(
                 len(step.only_prefill), req=step.only_prefill, step=step.index, prefill=1, kind=PREFILL_ONLY,
-                **dict.fromkeys(ROW_MARKS, step.g1), tokens=0))
+                **dict.fromkeys(ROW_MARKS, step.g1), tokens=0), step.only_prefill)
         if self.handoff is not None and len(step.completes):
             self.rows.extend(len(step.completes), req=step.completes, step=step.index, prefill=1,
                              kind=PREFILL_ONLY, **dict.fromkeys(ROW_MARKS, step.g1), tokens=0)

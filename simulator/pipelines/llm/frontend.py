@@ -10,10 +10,11 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
+from .event_loop import AsyncioServer, Message
 from .placements import streaming
 from .routers import make_router
 from .settings import TOKEN_ID_BYTES, FrontendSettings, detokenize_cost, message_cost, output_message_cost, outputs_cost
-from .run_support import declare
+from .run_support import declare, only
 
 # How closed-form runs of steps cover the serving keys this module owns (run_support).
 declare("api_server_process", owner="frontend")
@@ -21,6 +22,11 @@ declare("api_servers", owner="frontend")
 declare("stream_interval", owner="frontend")  # above 1 with the layouts run_support.ENGINE_CONDITIONS names
 declare("chunk_bytes_per_token", owner="frontend")
 declare("response_header_bytes", owner="frontend")
+declare("api_server_loop", only("fifo"), "the asyncio loop decides each chunk's tokens as the loop reaches it",
+        owner="frontend")
+
+API_SERVER_LOOPS = {"fifo": None, "asyncio": AsyncioServer}
+"""``serving.api_server_loop`` -> the loop each API server runs its work in (None: whole tasks on its FIFO clock)."""
 
 
 class Frontend:
@@ -55,6 +61,8 @@ class Frontend:
         self.next_rid = 0  # the open loop's next request: the workload's, or a decode run's that took it
         self._pending: dict[int, float] = {}  # tokenizations that end in the future: request -> when it routes
         self.loadgen = loadgen  # the load generator's process on the host's cores (``workload.client_cpu``), or None
+        loop = API_SERVER_LOOPS[settings.loop]
+        self.loops = None if loop is None else [loop(self, j) for j in range(len(servers))]
 
     def tokenize_cost(self, rid: int) -> tuple[int, int | None, float]:
         """Where request ``rid`` is parsed and tokenized and what it costs: (API server, replica
@@ -65,9 +73,13 @@ class Frontend:
         if self.sv.shared:
             j = k = self._pick(rid)  # API server j is replica j's engine process
         else:
-            j, k = rid % len(self.servers), None
+            j, k = self.server_of(rid), None
             cost += message_cost(cpu, 1, TOKEN_ID_BYTES * prompt)  # the request goes to the engine
         return j, k, cost
+
+    def server_of(self, rid: int) -> int:
+        """The API server request ``rid`` reaches where they are processes of their own (in turn)."""
+        return rid % len(self.servers)
 
     def send(self, rid: int) -> None:
         """The client sends request ``rid`` now: it reaches an API server at once, or, with the load
@@ -85,11 +97,26 @@ class Frontend:
 
     def arrive(self, rid: int) -> None:
         """A request reaches an API server: parse and tokenize it, then hand it to an engine."""
+        if self.loops is not None:
+            self.loops[self.server_of(rid)].request(self.env.now, rid)
+            return
         t = self.table
         j, k, cost = self.tokenize_cost(rid)
         t.api[rid] = j
         s, e = self.servers[j].submit(self.env.now, cost, "tokenize")
         t.tok_start[rid], t.tok_end[rid] = s, e
+        self._routed_at(rid, e, k)
+
+    def take_in(self, rid: int, loop) -> None:
+        """An event loop's intake of request ``rid`` (``event_loop``): tokenized on its clock, then routed."""
+        t = self.table
+        j, k, cost = self.tokenize_cost(rid)
+        t.api[rid] = j
+        t.tok_start[rid], t.tok_end[rid] = s, e = loop.book(cost, "tokenize")
+        self._routed_at(rid, e, k)
+
+    def _routed_at(self, rid: int, e: float, k: int | None) -> None:
+        """Route ``rid`` once its tokenization ends at ``e`` (at once if that is now)."""
         if e > self.env.now:
             self._route_at(rid, e, k)
         else:
@@ -287,6 +314,9 @@ class Frontend:
         builds their outputs (OutputProcessor.process_outputs, before any stream runs), then streams
         (``emitted``: tokens per request where one may emit several, as with speculative decoding;
         None: one each)."""
+        if self.loops is not None:
+            self._to_loops(step, emit, send, prefill_flag, done, now, emitted, gen)
+            return
         c = self.cpu
         counts = self.counts(emit)
         receive = self.receive_costs(counts)
@@ -302,3 +332,49 @@ class Frontend:
         e = self._per_row(emit, marks, "e", o)
         made = {"i": self._per_row(emit, marks, "i", now), "o": o, "e": e, "x": e}
         self._deliver(step, emit, send, prefill_flag, done, made, serialized, gen)
+
+    def _to_loops(self, step: int, emit, send, prefill_flag, done, now: float, emitted, gen) -> None:
+        """vLLM V1's layout on asyncio loops: each API server's part of the step's outputs reaches its
+        socket at ``now`` as one message (``event_loop.Message``)."""
+        if not len(emit):
+            return
+        n = len(self.servers)
+        api = self.table.api[emit] if n > 1 else None
+        for j in range(n):
+            part = slice(None) if api is None else np.flatnonzero(api == j)
+            if api is not None and not len(part):
+                continue
+            cut = (lambda a: None if a is None else np.asarray(a)[part])  # noqa: E731 - the server's entries
+            self.loops[j].message(now, Message(step, emit[part], cut(send), cut(prefill_flag), cut(done), gen[part],
+                                               cut(emitted)))
+
+    def deliver_entries(self, msg: Message, idx) -> None:
+        """Rows ``idx`` of a loop's message, each token gone in a chunk or held: a chunk's own row carries
+        every token made by then (``sent_at``); a token merged into a later chunk, or held by the stream
+        interval, is held (``_deliver``'s rule)."""
+        sent_at = msg.sent_at[idx]
+        sent = ~np.isnan(sent_at)
+        cut = (lambda a: None if a is None else a[idx])  # noqa: E731 - these entries'
+        marks = {m: msg.marks[m][idx] for m in ("i", "o", "e")}
+        marks["x"] = marks["e"]
+        self._deliver(msg.step, msg.emit[idx], None if sent.all() else sent, cut(msg.prefill), cut(msg.done), marks,
+                      sent_at[sent], msg.gen[idx])
+
+    def after_delivered(self, action, rids) -> None:
+        """Call ``action()`` once the API servers' loops have recorded the rows they hold of requests
+        ``rids`` (at once where they hold none, or without loops): rows recorded apart (a prefill chunk's,
+        after a preemption) stay behind the request's earlier rows."""
+        loops, api = self.loops, self.table.api
+        waiting = [r for r in rids.tolist() if r in loops[api[r]].collector] if loops else []
+        if not waiting:
+            action()
+            return
+        left = set(waiting)
+
+        def done(rid: int) -> None:
+            left.discard(rid)
+            if not left:
+                action()
+
+        for r in waiting:
+            loops[api[r]].after_rows(r, done)

@@ -47,8 +47,8 @@ class InEngine:
                                                                  step.gen, now))
 
     @staticmethod
-    def in_order(engine, action) -> None:
-        """Record rows made apart from the outputs (a prefill chunk's): at once."""
+    def in_order(engine, action, rids) -> None:
+        """Record rows made apart from the outputs (a prefill chunk's, of ``rids``): at once."""
         action()
 
 
@@ -79,8 +79,8 @@ class SeparateProcess:
         yield  # a generator, like the other placements
 
     @staticmethod
-    def in_order(engine, action) -> None:
-        """Record rows made apart from the outputs (a prefill chunk's) after the outputs on their way:
+    def in_order(engine, action, rids) -> None:
+        """Record rows made apart from the outputs (a prefill chunk's, of ``rids``) after the outputs on their way:
         they may be a later step's of a request whose earlier step's outputs are still at the
         detokenizer, and a request's rows reach the ledger in step order."""
         engine.after_pending(action)
@@ -125,7 +125,11 @@ class InApiServers:
         return
         yield  # a generator, like the other placements
 
-    in_order = InEngine.in_order
+    @staticmethod
+    def in_order(engine, action, rids) -> None:
+        """Record rows of ``rids`` made apart from the outputs at once, or, where the API servers' loops
+        hold their outputs not streamed yet, after those (``Frontend.after_delivered``)."""
+        engine.sink.after_delivered(action, rids)
 
 
 PLACEMENTS = {"engine": InEngine, "separate": SeparateProcess, "api_server": InApiServers}

@@ -75,6 +75,7 @@ class FrontendSettings:
     free_last_mile: bool = False  # the counterfactual: the outputs' path costs nothing (``serving.last_mile``)
     seed: int = 0  # the scenario's: a router's random stream (``routers.make_router``)
     client_cpu: object = None  # a validated ClientCPU: the load generator on the host's cores (``workload.client_cpu``)
+    loop: str = "fifo"  # ``serving.api_server_loop``: how an API server runs its work (``frontend.API_SERVER_LOOPS``)
 
     @classmethod
     def from_scenario(cls, scenario) -> "FrontendSettings":
@@ -82,7 +83,7 @@ class FrontendSettings:
         free = sv.last_mile == "free"
         return cls(sv.router, sv.response_header_bytes, sv.chunk_bytes_per_token,
                    last_mile_costs(scenario.hardware.cpu, free), sv.api_server_process == "engine", free,
-                   scenario.seed, scenario.workload.client_cpu)
+                   scenario.seed, scenario.workload.client_cpu, sv.api_server_loop)
 
 
 LAST_MILE_CPU_COSTS = ("detokenize_per_token", "detokenize_step_fixed", "output_per_request", "stream_per_chunk")
