@@ -54,11 +54,12 @@ TOLERANCE = {
     # NCCL collectives (issue 14): the median meets 10%; the worst rows are the OCI A100 small sizes (an
     # older NCCL's latency) and NVLSTree across GB200 racks: see the family's notes.
     ("nccl_collectives", "busbw_gbps"): (10, 118),
-    # The real vLLM host stack with a stub GPU (issue 23, measured here): misses its 10% target; output
-    # merging, the asyncio API server's interleaving and the client's CPU are the mechanisms (notes).
-    ("host_path_vllm", "ttft_ms"): (38, 57),
-    ("host_path_vllm", "tpot_ms"): (43, 100),
-    ("host_path_vllm", "output_tokens_per_s"): (19, 31),
+    # The real vLLM host stack with a stub GPU (issue 23, measured here), its API server as vLLM V1's asyncio
+    # loop: TPOT and throughput meet 10% median; TTFT misses (a wall-clock path outside the fitted CPU at
+    # low concurrency), and from c = 1,024 up an API-server cost growing with the requests in flight (notes)
+    ("host_path_vllm", "ttft_ms"): (23, 43),
+    ("host_path_vllm", "tpot_ms"): (7, 64),
+    ("host_path_vllm", "output_tokens_per_s"): (9, 22),
     # The real SGLang host stack (issue 23, measured here): its scheduler's entries per streamed chunk are
     # modelled; its polling on the shared cores, the asyncio intake and the client's CPU are not (notes)
     ("host_path_sglang", "ttft_ms"): (39, 71),
@@ -67,10 +68,11 @@ TOLERANCE = {
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     # ML.ENERGY v3.0's energy per token (issue 27): the power model meets 10.4% median; J/token follows the
-    # simulated step's speed, and vLLM 0.11.1 on the B200 ran slower than the B200 step here (notes)
-    ("energy_mlenergy", "joules_per_output_token"): (15, 56),
-    ("energy_mlenergy", "gpu_watts"): (11, 37),
-    ("energy_mlenergy", "output_tokens_per_s"): (14, 58),
+    # simulated step's speed; on the B200 from batch 64 up the leaderboard's GPU waited (on vLLM 0.11.1's host
+    # path or its Blackwell kernels) where the simulated one, its API server merging outputs, runs on (notes)
+    ("energy_mlenergy", "joules_per_output_token"): (19, 56),
+    ("energy_mlenergy", "gpu_watts"): (11, 46),
+    ("energy_mlenergy", "output_tokens_per_s"): (15, 122),
     # FLUX.1-dev's energy per image: the power within 16%, the image's latency half the measured (notes)
     ("energy_mlenergy_diffusion", "joules_per_image"): (43, 52),  # FLUX on H100 -34%, B200 -52%
     ("energy_mlenergy_diffusion", "gpu_watts"): (12, 16),
