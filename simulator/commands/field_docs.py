@@ -183,8 +183,9 @@ FIELD_DOCS: dict[str, str] = {
                           "(vLLM 0.6 --num-scheduler-steps); 1: every step.",
     "Serving.api_server_process": "own: API servers are processes of their own (requests and outputs cross as "
                                   "messages); engine: each runs in its replica's engine process, one GIL.",
-    "Serving.api_server_loop": "fifo: each API server runs its tasks whole, first come first served; asyncio: as "
-                               "vLLM V1's event loop, in turns, outputs merging in a chunk while a stream lags.",
+    "Serving.api_server_loop": "fifo: each API server runs its tasks whole, first come first served; asyncio: an "
+                               "event loop in turns (vLLM V1's API server, SGLang's tokenizer manager), outputs "
+                               "merging in a chunk while a stream lags.",
     "EngineProfile.name": "Name of the engine profile.",
     "EngineProfile.version": "Which release(s) of the engine the profile describes.",
     "EngineProfile.description": "What the profile models.",

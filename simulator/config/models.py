@@ -914,13 +914,12 @@ class LLMScenario(ScenarioBase):
 
     @model_validator(mode="after")
     def _asyncio_api_servers(self):
-        """The asyncio loop is vLLM V1's API server: it detokenizes its requests' ids in a process of its own."""
+        """An asyncio API server is a process of its own (with api_server_process: engine the engine's loop runs it)."""
         sv = self.serving
-        if sv.api_server_loop == "asyncio" and (sv.detokenizer != "api_server" or sv.api_server_process != "own"):
-            raise ConfigError("api_server_loop: asyncio models vLLM V1's API server, which detokenizes in its own "
-                              f"process; set detokenizer: api_server and api_server_process: own (they are "
-                              f"{sv.detokenizer} and {sv.api_server_process}), or api_server_loop: fifo",
-                              path="serving.api_server_loop")
+        if sv.api_server_loop == "asyncio" and sv.api_server_process != "own":
+            raise ConfigError("api_server_loop: asyncio runs each API server as an event loop in a process of its "
+                              f"own; set api_server_process: own (it is {sv.api_server_process}), or "
+                              "api_server_loop: fifo", path="serving.api_server_loop")
         return self
 
     @model_validator(mode="after")

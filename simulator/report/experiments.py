@@ -59,9 +59,7 @@ ENGINE_REMEDIES: Mapping[str, Mapping] = {
     "async scheduling": {"serving.overlap": "async"},
     "4 API servers": {"serving.api_servers": 4, "serving.api_server_process": "own"},
     "stream every 8 tokens": {"serving.stream_interval": 8},
-    # the asyncio loop is vLLM V1's API server, which detokenizes; with a separate detokenizer its API
-    # servers run whole tasks in turn (serving.api_server_loop)
-    "separate detokenizer": {"serving.detokenizer": "separate", "serving.api_server_loop": "fifo"},
+    "separate detokenizer": {"serving.detokenizer": "separate"},
 }
 
 

@@ -1,4 +1,5 @@
-"""vLLM V1's API server as the asyncio event loop it runs (``serving.api_server_loop: asyncio``).
+"""An API server as the asyncio event loop it runs (``serving.api_server_loop: asyncio``): vLLM V1's,
+and SGLang's tokenizer manager with the same structure.
 
 One thread runs every coroutine of the API server in turns (Python's ``asyncio`` ``BaseEventLoop._run_once``):
 each iteration runs the callbacks that were ready when it began, each until its next suspension,
@@ -18,7 +19,11 @@ during the iteration. vLLM V1's coroutines (vllm/v1/engine/async_llm.py, core_cl
 - a new request's *intake* (HTTP parsing, tokenization, ``add_request``) runs when its socket is polled.
 
 So when the loop lags behind the engine, several steps' outputs reach the handler before a stream
-runs and leave as one chunk, which no FIFO of whole tasks reproduces. Each callback is booked on the
+runs and leave as one chunk, which no FIFO of whole tasks reproduces. Where the outputs come built (a
+separate detokenizer, SGLang's: tokenizer_manager.py ``handle_loop`` sets each request's event and
+``_wait_one_response`` coalesces what a lagging stream holds), the handler only files them; SGLang's
+``handle_loop`` receives and files in one coroutine, which the reader and handler here approximate (a
+message arriving while the handler runs waits for the next turn). Each callback is booked on the
 server's CPU process (its clock, totals, spans and cores); the loop only waits for the simulation at
 the poll that ends an iteration, since what arrives before it decides what runs next.
 """
@@ -53,13 +58,19 @@ class Message:
     chunk (its own step's or a later one's, merged) or is held by the stream interval; a request's
     rows are recorded in step order."""
 
-    __slots__ = ("step", "emit", "send", "prefill", "done", "gen", "tokens", "marks", "sent_at")
+    __slots__ = ("step", "emit", "send", "prefill", "done", "gen", "tokens", "marks", "sent_at", "built")
 
-    def __init__(self, step, emit, send, prefill, done, gen, tokens):
+    def __init__(self, step, emit, send, prefill, done, gen, tokens, made=None):
         self.step, self.emit, self.send, self.prefill, self.done, self.gen = step, emit, send, prefill, done, gen
         self.tokens = tokens  # tokens each entry carries (speculative decoding: several), for the detokenizer
         n = len(emit)
-        self.marks = {m: np.empty(n) for m in ("i", "o", "e")}
+        self.marks = {m: np.empty(n) for m in ("i", "o", "e", "x")}
+        # ``made``: (i, o, e) where the outputs were built before the message (in the engine or a separate
+        # detokenizer, SGLang's): the API server only receives them; None: it detokenizes them (vLLM V1)
+        self.built = made is not None
+        if self.built:
+            for m, at in zip(("i", "o", "e"), made):
+                self.marks[m][:] = at
         self.sent_at = np.full(n, np.nan)  # when the chunk that carries it was written (NaN: held or merged)
 
 
@@ -169,10 +180,13 @@ class AsyncioServer:
         fe = self.fe
         while self.arrived:
             msg = self.arrived.popleft()
-            cost = fe.receive_costs({self.j: len(msg.emit)}).get(self.j, 0.0)
+            carried = len(msg.emit) if not msg.built or msg.send is None else int(msg.send.sum())
+            cost = fe.receive_costs({self.j: carried}).get(self.j, 0.0)
             if cost > 0:
                 self.book(cost, "receive outputs")
-            msg.marks["i"][:] = self.t
+            msg.marks["x"][:] = self.t
+            if not msg.built:
+                msg.marks["i"][:] = self.t
             self.queue.append(msg)
         if self.handler_waits:
             self.handler_waits = False
@@ -202,17 +216,19 @@ class AsyncioServer:
             self.inside = None
 
     def _process(self, msg: Message, a: int, b: int, cpu, fixed: bool) -> None:
-        """Detokenize entries ``a:b`` of ``msg`` and build the outputs of those that stream; each output
-        goes into its request's collector (merged with one not yet taken), waking its stream."""
-        tokens = int(msg.tokens[a:b].sum()) if msg.tokens is not None else b - a
+        """Detokenize entries ``a:b`` of ``msg`` and build the outputs of those that stream (unless they
+        came built); each output goes into its request's collector (merged with one not yet taken),
+        waking its stream."""
         send = msg.send
-        streams = b - a if send is None else int(send[a:b].sum())
-        det = detokenize_cost(cpu, tokens) if fixed else cpu.detokenize_per_token * tokens
-        msg.marks["o"][a:b] = self.book(det, "detokenize")[1]
-        out = outputs_cost(cpu, streams)
-        if out > 0:
-            self.book(out, "output")
-        msg.marks["e"][a:b] = self.t
+        if not msg.built:
+            tokens = int(msg.tokens[a:b].sum()) if msg.tokens is not None else b - a
+            streams = b - a if send is None else int(send[a:b].sum())
+            det = detokenize_cost(cpu, tokens) if fixed else cpu.detokenize_per_token * tokens
+            msg.marks["o"][a:b] = self.book(det, "detokenize")[1]
+            out = outputs_cost(cpu, streams)
+            if out > 0:
+                self.book(out, "output")
+            msg.marks["e"][a:b] = msg.marks["x"][a:b] = self.t
         collector, ready, now = self.collector, self.ready, []
         for idx in range(a, b):
             rid = int(msg.emit[idx])

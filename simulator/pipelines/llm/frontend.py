@@ -300,6 +300,9 @@ class Frontend:
         it, were detokenized and their outputs built) reach the API servers now (or at ``now``, when
         they were due): each receives its part of the step's outputs and serializes one SSE chunk per
         sending request."""
+        if self.loops is not None:
+            self._to_loops(step, emit, send, prefill_flag, done, self.env.now if now is None else now, None, gen, made)
+            return
         i, o, e = made
         sent_ids = streaming(emit, send)
         receive = self.receive_costs(self.counts(sent_ids)) if self.cpu.has_ipc else {}
@@ -333,9 +336,10 @@ class Frontend:
         made = {"i": self._per_row(emit, marks, "i", now), "o": o, "e": e, "x": e}
         self._deliver(step, emit, send, prefill_flag, done, made, serialized, gen)
 
-    def _to_loops(self, step: int, emit, send, prefill_flag, done, now: float, emitted, gen) -> None:
-        """vLLM V1's layout on asyncio loops: each API server's part of the step's outputs reaches its
-        socket at ``now`` as one message (``event_loop.Message``)."""
+    def _to_loops(self, step: int, emit, send, prefill_flag, done, now: float, emitted, gen, made=None) -> None:
+        """The step's outputs on the API servers' asyncio loops: each server's part reaches its socket at
+        ``now`` as one message (``event_loop.Message``), as ids to detokenize (vLLM V1) or as outputs
+        ``made`` elsewhere (their (i, o, e) milestones)."""
         if not len(emit):
             return
         n = len(self.servers)
@@ -345,8 +349,9 @@ class Frontend:
             if api is not None and not len(part):
                 continue
             cut = (lambda a: None if a is None else np.asarray(a)[part])  # noqa: E731 - the server's entries
+            mine = None if made is None else tuple(np.broadcast_to(m, emit.shape)[part] for m in made)
             self.loops[j].message(now, Message(step, emit[part], cut(send), cut(prefill_flag), cut(done), gen[part],
-                                               cut(emitted)))
+                                               cut(emitted), mine))
 
     def deliver_entries(self, msg: Message, idx) -> None:
         """Rows ``idx`` of a loop's message, each token gone in a chunk or held: a chunk's own row carries
@@ -355,8 +360,7 @@ class Frontend:
         sent_at = msg.sent_at[idx]
         sent = ~np.isnan(sent_at)
         cut = (lambda a: None if a is None else a[idx])  # noqa: E731 - these entries'
-        marks = {m: msg.marks[m][idx] for m in ("i", "o", "e")}
-        marks["x"] = marks["e"]
+        marks = {m: msg.marks[m][idx] for m in ("i", "o", "e", "x")}
         self._deliver(msg.step, msg.emit[idx], None if sent.all() else sent, cut(msg.prefill), cut(msg.done), marks,
                       sent_at[sent], msg.gen[idx])
 
