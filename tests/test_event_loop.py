@@ -51,6 +51,14 @@ def _play(fe, loop, events):
     fe.env.run()
 
 
+def test_the_loops_are_the_ones_the_config_names():
+    from typing import get_args
+
+    from simulator.config.models import Serving
+    from simulator.pipelines.llm.frontend import API_SERVER_LOOPS
+    assert set(API_SERVER_LOOPS) == set(get_args(Serving.model_fields["api_server_loop"].annotation))
+
+
 def test_slices_follow_array_split():
     assert slices(5) == [(0, 5)]
     assert slices(128) == [(0, 128)]
