@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.calibrate.measure_engine import (CSV_COLUMNS, SGLANG_CSV_COLUMNS, STUB_DIR, classify_sglang,
+from simulator.calibrate.measure_engine import (CSV_COLUMNS, fit_host_costs, SGLANG_CSV_COLUMNS, STUB_DIR, classify_sglang,
                                                 num_prompts_for, plan)
 from simulator.cli import main
 
@@ -69,6 +69,25 @@ def test_the_plan_puts_the_base_sweep_first():
     assert num_prompts_for(1) == 100 and num_prompts_for(64) == 256 and num_prompts_for(2048) == 4096
 
 
+def test_other_output_lengths_set_a_cost_per_token_apart():
+    """Points at two output lengths: the API servers' fit recovers a per-token cost beside the per-request
+    one (a closed form: CPU seconds made from known costs come back); one length keeps the old three terms."""
+    def row(c, out, chunks, steps):
+        n = 4 * c
+        tokens = n * out
+        return {"concurrency": c, "stream_interval": 1, "api_servers": 1, "output_len": out, "completed": n,
+                "steps": steps, "req_steps": tokens, "chunks": chunks, "output_tokens": tokens,
+                "cpu_s_api": 300e-6 * steps + 1.5e-3 * n + 30e-6 * chunks + 10e-6 * tokens,
+                "cpu_s_engine_core": 1.0, "cpu_s_client": 1.0}
+    rows = [row(64, 64, 9000, 400), row(256, 64, 30000, 900), row(64, 16, 3000, 130), row(256, 256, 150000, 2400),
+            row(16, 256, 4000, 1100)]
+    fit = fit_host_costs(rows)["api_server"]["coefficients"]
+    assert fit == pytest.approx({"per_message_s": 300e-6, "per_request_s": 1.5e-3, "per_chunk_s": 30e-6,
+                                 "per_token_s": 10e-6}, rel=1e-3)
+    one = [r for r in rows if r["output_len"] == 64] + [row(16, 64, 900, 500)]
+    assert set(fit_host_costs(one)["api_server"]["coefficients"]) == {"per_message_s", "per_request_s", "per_chunk_s"}
+
+
 @pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "stub_step.py"])
 def test_the_stubs_import_nothing_from_lastmile(stub):
     # they run inside the engine's environment, where lastmile is not installed
@@ -112,6 +131,9 @@ def test_the_measured_table_is_sane(rows):
         # the stub's step never takes less than its fixed part
         assert float(r["step_ms_mean"]) >= 1e3 * float(r["stub_a_s"])
         assert 0 < int(r["chunks"]) <= int(r["output_tokens"])
+        # the stub's step log covers the window whole: every request-step sampled one token (a log that
+        # lost its last rows, as before the stub wrote it every second, fails here)
+        assert abs(int(r["req_steps"]) / int(r["output_tokens"]) - 1) < 0.01, r
     t1, t16, t64 = (float(_base(rows, c)["output_tokens_per_s"]) for c in (1, 16, 64))
     assert t1 < t16 < t64
     # one request at a time: TPOT sits near the stub's step (2 ms + 10 us), the host adding little
