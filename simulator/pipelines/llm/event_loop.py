@@ -34,6 +34,8 @@ from collections import deque
 
 import numpy as np
 
+from ...config.dit_models import layer_split
+from .placements import streaming
 from .settings import detokenize_cost, outputs_cost
 
 OUTPUT_SLICE = 128
@@ -42,15 +44,9 @@ OUTPUT_SLICE = 128
 
 def slices(n: int) -> list[tuple[int, int]]:
     """The handler's slices of a message of ``n`` outputs, as ``np.array_split(outputs, cdiv(n, 128))``
-    cuts them (one slice up to 128; else near-equal parts, the longer first)."""
-    parts = max(1, -(-n // OUTPUT_SLICE))
-    size, extra = divmod(n, parts)
-    bounds, a = [], 0
-    for p in range(parts):
-        b = a + size + (1 if p < extra else 0)
-        bounds.append((a, b))
-        a = b
-    return bounds
+    cuts them (one slice up to 128; else near-equal parts, the longer first): the contiguous near-equal
+    split pipeline stages take of layers."""
+    return layer_split(n, max(1, -(-n // OUTPUT_SLICE)))
 
 
 class Message:
@@ -180,7 +176,7 @@ class AsyncioServer:
         fe = self.fe
         while self.arrived:
             msg = self.arrived.popleft()
-            carried = len(msg.emit) if not msg.built or msg.send is None else int(msg.send.sum())
+            carried = len(streaming(msg.emit, msg.send) if msg.built else msg.emit)  # built: the streaming ones'
             cost = fe.receive_costs({self.j: carried}).get(self.j, 0.0)
             if cost > 0:
                 self.book(cost, "receive outputs")

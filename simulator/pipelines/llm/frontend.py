@@ -100,20 +100,20 @@ class Frontend:
         if self.loops is not None:
             self.loops[self.server_of(rid)].request(self.env.now, rid)
             return
-        t = self.table
-        j, k, cost = self.tokenize_cost(rid)
-        t.api[rid] = j
-        s, e = self.servers[j].submit(self.env.now, cost, "tokenize")
-        t.tok_start[rid], t.tok_end[rid] = s, e
-        self._routed_at(rid, e, k)
+        self._tokenized(rid, lambda j, cost: self.servers[j].submit(self.env.now, cost, "tokenize"))
 
     def take_in(self, rid: int, loop) -> None:
         """An event loop's intake of request ``rid`` (``event_loop``): tokenized on its clock, then routed."""
+        self._tokenized(rid, lambda _j, cost: loop.book(cost, "tokenize"))
+
+    def _tokenized(self, rid: int, book) -> None:
+        """Parse and tokenize request ``rid`` with ``book(server, seconds) -> (start, end)``, then route it."""
         t = self.table
         j, k, cost = self.tokenize_cost(rid)
         t.api[rid] = j
-        t.tok_start[rid], t.tok_end[rid] = s, e = loop.book(cost, "tokenize")
-        self._routed_at(rid, e, k)
+        start, end = book(j, cost)
+        t.tok_start[rid], t.tok_end[rid] = start, end
+        self._routed_at(rid, end, k)
 
     def _routed_at(self, rid: int, e: float, k: int | None) -> None:
         """Route ``rid`` once its tokenization ends at ``e`` (at once if that is now)."""
