@@ -63,4 +63,4 @@ def test_lastmile_run_prints_the_caveat():
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0
     lines = [x for x in r.stderr.splitlines() if x.startswith("lastmile: caveat:")]
-    assert len(lines) == 1 and "last_mile_engines api_server_share" in lines[0]
+    assert len(lines) == 1 and "last_mile_engines host_share" in lines[0]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIDECAR = ROOT / "scenarios/validation/reference/host_path_vllm.yaml"
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "vllm_v0", "vllm_v06"])
 def test_the_family_is_the_measurement(engine):
     """Every measured point is a case, with its client-side means, and the base runs the stub's step."""
     fam = next(f for f in discover() if f.name == f"host_path_{engine}")
@@ -54,3 +54,29 @@ def test_the_sglang_family_runs_the_fit_of_cpu_seconds():
     side = yaml.safe_load((ROOT / "scenarios/validation/reference/host_path_sglang.yaml").read_text())
     fam = next(f for f in discover() if f.name == "host_path_sglang")
     assert fam.base["serving"]["engine"] == {"base": "sglang", "costs": hp.sglang_costs(side["fits"])}
+
+
+def test_vllm_0_5s_profile_is_the_fit_of_its_own_server():
+    """The catalog's vllm-0.5 costs are the V0 sidecar's py-spy-split fits mapped onto the simulator's terms
+    (host_path.v0_costs), nothing tuned; the model runner's input preparation, which the stub does not run,
+    keeps its own source and is zero in host_path_vllm_v0, which checks the rest against the same stub."""
+    side = yaml.safe_load((ROOT / "scenarios/validation/reference/host_path_vllm_v0.yaml").read_text())
+    entry = catalog.entry("cpus", "vllm-0.5")
+    fitted = hp.v0_costs(side["fits"])
+    assert {k: entry[k] for k in fitted} == fitted
+    assert entry["prepare_per_request"] != "0 us"
+    fam = next(f for f in discover() if f.name == "host_path_vllm_v0")
+    assert fam.base["serving"]["engine"] == {"base": "vllm-0.5", "costs": {"prepare_per_request": "0 us"}}
+
+
+def test_vllm_0_6s_profile_is_the_fit_of_its_two_processes():
+    """The catalog's vllm-0.6 costs are the 0.6 sidecar's fits (its engine process split by py-spy, its
+    API-server process whole) mapped by host_path.v06_costs; host_path_vllm_v06 runs them with async output
+    processing where the measured point had it."""
+    side = yaml.safe_load((ROOT / "scenarios/validation/reference/host_path_vllm_v06.yaml").read_text())
+    entry = catalog.entry("cpus", "vllm-0.6")
+    fitted = hp.v06_costs(side["fits"])
+    assert {k: entry[k] for k in fitted} == fitted
+    fam = next(f for f in discover() if f.name == "host_path_vllm_v06")
+    assert fam.base["serving"]["engine"] == {"base": "vllm-0.6", "costs": {"prepare_per_request": "0 us"}}
+    assert {c.overrides["serving.overlap"] for c in fam.cases} == {"async_output", "sync"}

@@ -44,6 +44,61 @@ def test_a_python_without_sglang_is_one_line_and_exit_2(capsys):
     assert not Path("unused.csv").exists()
 
 
+def test_a_python_without_vllm_0_5_is_one_line_naming_its_install(capsys):
+    code = main(["measure-engine", "vllm-v0", "--python", sys.executable, "--out", "unused.csv"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("lastmile: error: measure-engine vllm-v0: ")
+    assert "cannot import vllm;" in err and "engine-vllm-v0" in err and ".venv-vllm05" in err
+    assert not Path("unused.csv").exists()
+
+
+def test_py_spy_samples_are_booked_by_the_first_rule_any_frame_matches():
+    """Every stack starts in the server's run (uvicorn, api_server.py): those frames book nothing; the engine's
+    and the server's work are told apart by the frames above them; the executor thread is idle where it sleeps
+    (the stub step) and not where 0.6's async output processing runs in it."""
+    root = "<module> (runpy.py:1);run (vllm/entrypoints/openai/api_server.py:9);Server.run (uvicorn/server.py:3);" \
+           "Runner.run (asyncio/runners.py:118)"
+    lines = [f"{root};engine_step (vllm/engine/async_llm_engine.py:5);schedule (vllm/core/scheduler.py:9) 7",
+             f"{root};engine_step (vllm/engine/async_llm_engine.py:5);_process_model_outputs (vllm/engine/llm_engine.py:3);"
+             "decode_sequence_inplace (vllm/transformers_utils/detokenizer.py:4);get_len (vllm/sequence.py:2) 3",
+             f"{root};completion_stream_generator (vllm/entrypoints/openai/serving_completion.py:2);"
+             "model_dump_json (pydantic/main.py:1) 5",
+             f"{root} 4",
+             "_worker (concurrent/futures/thread.py:81);execute_model (vllm_v0_stub.py:60) 9",
+             "_worker (concurrent/futures/thread.py:81);execute_model (vllm_v0_stub.py:58);"
+             "_process_model_outputs (vllm/engine/llm_engine.py:3) 6",
+             f"{root};step_async (vllm/engine/async_llm_engine.py:2);do_log_stats (vllm/engine/llm_engine.py:7) 2"]
+    from simulator.calibrate.measure_engine_v0 import categorize
+
+    assert categorize(lines) == {"schedule": 7, "detokenize": 3, "api": 5, "loop": 4, "idle": 9, "engine": 2, "output": 6}
+
+
+def test_vllm_0_5s_fit_gives_back_the_costs_its_cpu_seconds_were_made_of():
+    """A closed form: the one process's CPU seconds made from known costs per category, split by exact shares,
+    come back from fit_v0_costs."""
+    from simulator.calibrate.measure_engine_v0 import HOST_CATEGORIES, fit_v0_costs
+
+    def row(c, out, steps):
+        n, req_steps = 4 * c, 4 * c * out
+        chunks = req_steps + n
+        part = {"schedule": 20e-6 * steps + 40e-6 * req_steps, "engine": 100e-6 * steps + 5e-6 * req_steps,
+                "output": 25e-6 * req_steps, "detokenize": 9e-6 * req_steps, "ipc": 15e-6 * chunks,
+                "api": 700e-6 * n + 60e-6 * chunks,
+                "loop": 300e-6 * steps + 20e-6 * chunks}
+        cpu = sum(part.values())
+        return {"concurrency": c, "stream_interval": 1, "api_servers": 1, "output_len": out, "completed": n,
+                "steps": steps, "req_steps": req_steps, "chunks": chunks, "cpu_s_api": cpu, "cpu_s_client": 1.0,
+                "spy_samples": 1000, **{f"spy_{k}": part[k] / cpu for k in HOST_CATEGORIES}}
+    fits = fit_v0_costs([row(1, 64, 6400), row(64, 64, 300), row(256, 16, 140), row(256, 256, 1100), row(16, 64, 450)])
+    got = {k: v["coefficients"] for k, v in fits.items()}
+    assert got["schedule"] == pytest.approx({"per_step_s": 20e-6, "per_request_step_s": 40e-6}, rel=1e-3)
+    assert got["engine"] == pytest.approx({"per_step_s": 100e-6, "per_request_step_s": 5e-6}, rel=1e-3)
+    assert got["detokenize"] == pytest.approx({"per_request_step_s": 9e-6}, rel=1e-3)
+    assert got["api_server"] == pytest.approx({"per_request_s": 700e-6, "per_chunk_s": 60e-6}, rel=1e-3)
+    assert got["loop"] == pytest.approx({"per_step_s": 300e-6, "per_chunk_s": 20e-6}, rel=1e-3)
+    assert got["ipc"] == pytest.approx({"per_chunk_s": 15e-6}, rel=1e-3) and "api_process" not in got
+
+
 def test_the_sglang_table_adds_only_the_detokenizer_column():
     assert [c for c in SGLANG_CSV_COLUMNS if c != "cpu_s_detokenizer"] == CSV_COLUMNS
     assert len(SGLANG_CSV_COLUMNS) == len(CSV_COLUMNS) + 1
@@ -88,7 +143,7 @@ def test_other_output_lengths_set_a_cost_per_token_apart():
     assert set(fit_host_costs(one)["api_server"]["coefficients"]) == {"per_message_s", "per_request_s", "per_chunk_s"}
 
 
-@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "stub_step.py"])
+@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "vllm_v0_stub.py", "stub_step.py"])
 def test_the_stubs_import_nothing_from_lastmile(stub):
     # they run inside the engine's environment, where lastmile is not installed
     tree = ast.parse((STUB_DIR / stub).read_text())
@@ -165,3 +220,23 @@ def test_the_sglang_table_is_sane(sglang_rows):
     si8 = {int(r["concurrency"]): r for r in rows if r["stream_interval"] == "8" and r["async_scheduling"] == "True"}
     for c in set(si8) & set(base) - {1, 16}:
         assert float(si8[c]["output_tokens_per_s"]) > float(base[c]["output_tokens_per_s"])
+
+
+@pytest.mark.parametrize("name,engine,version", [("host_path_vllm_v0", "vllm-v0", "0.5.3.post1"),
+                                                  ("host_path_vllm_v06", "vllm-v0.6", "0.6.0")])
+def test_the_vllm_v0_tables_are_sane(name, engine, version):
+    """vLLM 0.5's and 0.6's committed sweeps: every py-spy share present and the shares of the busy samples
+    summing to one (0.5: one process, its engine-core column 0; 0.6: the engine process busy too); the
+    server's CPU grows with the work it was given."""
+    from simulator.calibrate.measure_engine import V0_CSV_COLUMNS
+    from simulator.calibrate.measure_engine_v0 import SPY_COLUMNS
+
+    rows = _table(ROOT / "scenarios" / "validation" / "reference" / f"{name}.csv", V0_CSV_COLUMNS)
+    assert len(rows) >= 9 and {r["engine"] for r in rows} == {engine}
+    assert {r["engine_version"] for r in rows} == {version}
+    assert all((float(r["cpu_s_engine_core"]) > 0) == (engine == "vllm-v0.6") for r in rows)
+    for r in rows:
+        assert int(r["completed"]) == int(r["num_prompts"]) and int(r["spy_samples"]) > 50
+        assert sum(float(r[c]) for c in SPY_COLUMNS[1:]) == pytest.approx(1.0, abs=2e-3)
+    by_work = sorted(rows, key=lambda r: int(r["req_steps"]))
+    assert float(by_work[-1]["cpu_s_api"]) > 10 * float(by_work[0]["cpu_s_api"]) > 0

@@ -65,6 +65,18 @@ TOLERANCE = {
     ("host_path_sglang", "ttft_ms"): (29, 57),
     ("host_path_sglang", "tpot_ms"): (28, 38),
     ("host_path_sglang", "output_tokens_per_s"): (17, 40),
+    # vLLM 0.5.3's one-process server (issue 23, measured here, its CPU split by py-spy): its cost per request-step
+    # grows with the batch where the simulator's is one figure; TTFT misses the intake's wall time after a
+    # closed-loop wave (notes)
+    ("host_path_vllm_v0", "ttft_ms"): (54, 66),
+    ("host_path_vllm_v0", "tpot_ms"): (10, 55),
+    ("host_path_vllm_v0", "output_tokens_per_s"): (11, 29),
+    # vLLM 0.6.0's two processes (issue 23, measured here): throughput within 18% median; its API server's one
+    # reader task per request shares a lag among every request in flight, where the simulated queue serves
+    # the running ones first (c = 1,024: TTFT +1,004%, TPOT -73%), and its cost per chunk falls with load (notes)
+    ("host_path_vllm_v06", "ttft_ms"): (81, 1005),
+    ("host_path_vllm_v06", "tpot_ms"): (60, 122),
+    ("host_path_vllm_v06", "output_tokens_per_s"): (18, 103),
     # Engine host paths (issue 13): far from the 15% / 30% target; what each row misses and the
     # mechanism it needs are in the family's notes.
     # ML.ENERGY v3.0's energy per token (issue 27): the power model meets 10.4% median; J/token follows the
@@ -76,18 +88,20 @@ TOLERANCE = {
     # FLUX.1-dev's energy per image: the power within 16%, the image's latency half the measured (notes)
     ("energy_mlenergy_diffusion", "joules_per_image"): (43, 52),  # FLUX on H100 -34%, B200 -52%
     ("energy_mlenergy_diffusion", "gpu_watts"): (12, 16),
-    ("last_mile_engines", "gpu_share"): (52, 52),
-    ("last_mile_engines", "host_share"): (2, 2),
-    ("last_mile_engines", "api_server_share"): (58, 58),  # 56.7% before V0's eager prefill steps (issue 26)
-    ("last_mile_engines", "throughput_ratio"): (30, 51),
-    ("last_mile_engines", "step_gap_ms"): (35, 100),
-    ("last_mile_engines", "tpot_ms"): (46, 53),
+    # vLLM 0.5's and 0.6's costs measured from their own servers (host_path_vllm_v0, _v06): 0.5's split GPU 51% ->
+    # 9% off, API server 58% -> 8%, scheduling and outputs 1% -> 20% (the build VM's CPU seconds, notes)
+    ("last_mile_engines", "gpu_share"): (9, 9),
+    ("last_mile_engines", "host_share"): (21, 21),
+    ("last_mile_engines", "api_server_share"): (8, 8),
+    ("last_mile_engines", "throughput_ratio"): (12, 42),  # 0.6 over 0.5: the real 0.6.0 is slower here (notes)
+    ("last_mile_engines", "step_gap_ms"): (100, 141),  # RFC #6854's bubble at an assumed batch of 256 (notes)
+    ("last_mile_engines", "tpot_ms"): (41, 46),
     # KV-cache mechanisms (issue 15): what each row misses and the mechanism it needs are in the
     # family's notes. The Mooncake traces' cache ratios (an unbounded-cache replay) are within 7%.
     ("prefix_caching", "ttft_ms"): (92, 98),
     ("prefix_caching", "e2e_ms"): (70, 82),
     ("prefix_caching", "ttft_ratio"): (39, 103),
-    ("prefix_caching", "e2e_ratio"): (18, 101),
+    ("prefix_caching", "e2e_ratio"): (25, 101),  # 17% before vLLM 0.5's costs were measured (issue 23)
     ("prefix_caching", "prefix_hit_rate"): (5, 7),
     ("cache_routing", "prefix_hit_rate"): (74, 141),
     ("cache_routing", "throughput_ratio"): (30, 30),

@@ -69,6 +69,44 @@ def sglang_costs(fits: dict) -> dict:
             "output_per_request": _us(det["per_chunk_s"]), "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
+def v0_costs(fits: dict) -> dict:
+    """CPUCosts of vLLM 0.5's one process from the py-spy-split fit (``measure_engine_v0.fit_v0_costs``): the
+    scheduler's and the engine loop's per-step and per-request-step costs as its scheduling; output
+    processing per request-step as its output objects and per step as the fixed part of a step's output
+    path; detokenization per request-step as the per-token cost (one token a step each); the API server's
+    per-request cost as the request overhead (prompt tokenization inside it) and per-chunk cost as the SSE
+    chunk; the asyncio loop's own work per step with the engine's per-step cost and per chunk with the
+    chunk's. The model runner's input preparation is not run by the stub, so it is not among these terms."""
+    c = {k: fits[k]["coefficients"] for k in ("schedule", "engine", "output", "detokenize", "api_server", "loop")}
+    return {"tokenize_per_token": "0 us",
+            "schedule_per_step": _us(c["schedule"]["per_step_s"] + c["engine"]["per_step_s"] + c["loop"]["per_step_s"]),
+            "schedule_per_request": _us(c["schedule"]["per_request_step_s"] + c["engine"]["per_request_step_s"]),
+            "detokenize_step_fixed": _us(c["output"]["per_step_s"]),
+            "output_per_request": _us(c["output"]["per_request_step_s"]),
+            "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"]),
+            "request_overhead": _us(c["api_server"]["per_request_s"]),
+            "stream_per_chunk": _us(c["api_server"]["per_chunk_s"] + c["loop"]["per_chunk_s"])}
+
+
+def v06_costs(fits: dict) -> dict:
+    """CPUCosts of vLLM 0.6 (the engine in its own process) from the fit of its two processes: the engine
+    process's scheduling, engine loop and per-step loop work as its scheduling; its output processing per
+    request-step, and the pickling and sending of each output with the loop's share per chunk, as its
+    output objects (one per chunk: every token streams); detokenization per token; the API-server process's
+    per-request and per-chunk CPU (receiving, unpickling and streaming each output) as its request overhead
+    and SSE chunk. Messages cost nothing apart: their pickling and sending are inside those terms."""
+    c = {k: fits[k]["coefficients"] for k in ("schedule", "engine", "output", "detokenize", "ipc", "loop", "api_process")}
+    return {"tokenize_per_token": "0 us", "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
+            "schedule_per_step": _us(c["schedule"]["per_step_s"] + c["engine"]["per_step_s"] + c["loop"]["per_step_s"]),
+            "schedule_per_request": _us(c["schedule"]["per_request_step_s"] + c["engine"]["per_request_step_s"]),
+            "detokenize_step_fixed": _us(c["output"]["per_step_s"]),
+            "output_per_request": _us(c["output"]["per_request_step_s"] + c["ipc"]["per_chunk_s"]
+                                      + c["loop"]["per_chunk_s"]),
+            "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"]),
+            "request_overhead": _us(c["api_process"]["per_request_s"]),
+            "stream_per_chunk": _us(c["api_process"]["per_chunk_s"])}
+
+
 def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict:
     """The measured engine profile (``serving.engine: PATH``) from a measurement's sidecar."""
     m = sidecar["measured"]
@@ -81,8 +119,14 @@ def write_profile(sidecar: dict, path: str | os.PathLike, csv_name: str) -> dict
     return doc
 
 
-def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm") -> dict:
-    """The validation family: each measured point as a case of the stub scenario."""
+def family(points: list[dict], sidecar: dict, profile, engine: str = "vllm", command: str | None = None,
+           overlap: str = "async") -> dict:
+    """The validation family ``host_path_ENGINE``: each measured point as a case of the stub scenario;
+    ``command``: the measure-engine engine that measured it (default ``engine``; its package is the
+    version named); ``overlap``: the ``serving.overlap`` of a point with the engine's overlap on (vLLM
+    0.6's is ``async_output``)."""
+    command = command or engine
+    package = command.split("-")[0]
     stub = sidecar["stub_step"]
     limits = sidecar["server_limits"]
     base = {"record_spans": False, "model": STUB_MODEL,
@@ -101,16 +145,17 @@ def family(points: list[dict], sidecar: dict, profile: str, engine: str = "vllm"
         setting = {"workload.concurrency": int(r["concurrency"]), "workload.requests": int(r["num_prompts"]),
                    "workload.prompt_tokens": prompt, "workload.output_tokens": int(r["output_len"]),
                    "serving.stream_interval": int(r["stream_interval"]), "serving.api_servers": int(r["api_servers"]),
-                   "serving.overlap": "async" if r.get("async_scheduling", True) else "sync"}
+                   "serving.overlap": overlap if r.get("async_scheduling", True) else "sync"}
         label = Point(r["concurrency"], r["stream_interval"], r["api_servers"], r.get("async_scheduling", True),
                       int(r["output_len"])).label
         cases.append({"case": label, "set": setting,
                       "measured": {m: float(f"{r[col]:.6g}") for m, col in METRICS.items()}})
     m = sidecar["measured"]
     return {"family": f"host_path_{engine}",
-            "title": f"The real {engine} serving stack on this CPU with a stub GPU: client TTFT, TPOT and throughput",
-            "source": f"scenarios/{REFERENCE.format(engine=engine)} (lastmile measure-engine {engine}, "
-                      f"{engine} {m['versions'].get(engine)}, {m['cpu_model']}, {m['date']})",
+            "title": f"The real {package} {m['versions'].get(package)} serving stack on this CPU with a stub GPU: "
+                     "client TTFT, TPOT and throughput",
+            "source": f"scenarios/{REFERENCE.format(engine=engine)} (lastmile measure-engine {command}, "
+                      f"{package} {m['versions'].get(package)}, {m['cpu_model']}, {m['date']})",
             "metric": "output_tokens_per_s", "notes": "", "base": base, "cases": cases}
 
 

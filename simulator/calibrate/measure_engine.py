@@ -101,6 +101,11 @@ CSV_COLUMNS = [
 SGLANG_CSV_COLUMNS = CSV_COLUMNS[:CSV_COLUMNS.index("cpu_s_client")] + ["cpu_s_detokenizer"] + \
     CSV_COLUMNS[CSV_COLUMNS.index("cpu_s_client"):]
 
+# vLLM 0.5's and 0.6's table (``measure_engine_v0``): no launcher (0.5: one server process, cpu_s_api, its engine
+# core 0), and the shares of the profiled process's py-spy samples per category of work.
+V0_CSV_COLUMNS = [c for c in CSV_COLUMNS if c != "cpu_s_launcher"] + \
+    ["spy_samples", "spy_schedule", "spy_output", "spy_detokenize", "spy_engine", "spy_ipc", "spy_api", "spy_loop"]
+
 _BUILD_MODEL = r'''
 import json, os, random, sys
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -157,6 +162,9 @@ print(json.dumps(out))
 # each engine's install hint and the packages whose versions a measurement records
 ENGINE_PACKAGES = {
     "vllm": (INSTALL_HINT, ("vllm", "torch", "transformers", "tokenizers", "pyzmq", "uvicorn", "fastapi", "msgspec")),
+    "vllm-v0": (None, ("vllm", "torch", "transformers", "tokenizers", "uvicorn", "fastapi", "pydantic", "uvloop")),
+    "vllm-v0.6": (None, ("vllm", "torch", "transformers", "tokenizers", "uvicorn", "fastapi", "pydantic", "uvloop",
+                         "pyzmq", "cloudpickle")),
     "sglang": (SGLANG_INSTALL_HINT, ("sglang", "sglang-kernel", "torch", "transformers", "tokenizers", "pyzmq",
                                      "uvicorn", "fastapi", "uvloop", "orjson")),
 }
@@ -207,17 +215,20 @@ def plan(concurrency=CONCURRENCY, stream_interval=STREAM_INTERVAL, api_servers=A
 def engine_versions(python: str, engine: str = "vllm") -> dict:
     """The versions in ``python``'s environment; a LastmileError (one line) when it lacks the engine."""
     if engine not in ENGINE_PACKAGES:
-        raise LastmileError(f"measure-engine {engine}: not supported here (only vllm and sglang)")
+        raise LastmileError(f"measure-engine {engine}: not supported here (only {', '.join(ENGINE_PACKAGES)})")
     hint, packages = ENGINE_PACKAGES[engine]
+    if hint is None:  # the V0 releases: their hint lives with their runner
+        from .measure_engine_v0 import V0_INSTALL_HINT as hint
     exe = shutil.which(python) if os.sep not in python else python
     if not exe or not os.path.exists(exe):
         raise LastmileError(f"measure-engine {engine}: {python} does not exist; {hint}")
     try:
-        proc = subprocess.run([exe, "-c", _VERSIONS, engine, *packages], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([exe, "-c", _VERSIONS, packages[0], *packages], capture_output=True, text=True,
+                              timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LastmileError(f"measure-engine {engine}: cannot run {python}: {exc}") from None
     if proc.returncode != 0:
-        raise LastmileError(f"measure-engine {engine}: {python} cannot import {engine}; {hint}")
+        raise LastmileError(f"measure-engine {engine}: {python} cannot import {packages[0]}; {hint}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -411,8 +422,9 @@ def _step_stats(log: Path, t0: float, t1: float) -> dict:
 
 
 def _drive(run: Run, server: subprocess.Popen, server_log, ready, roles_of, ccmd: list[str], client_env: dict,
-           work: Path, tag: str, result: Path, settle: float = 0.0):
-    """Wait until the started ``server`` is ``ready()``, run the client ``ccmd`` against it, stop both.
+           work: Path, tag: str, result: Path, settle: float = 0.0, on_start=None, on_end=None):
+    """Wait until the started ``server`` is ``ready()``, run the client ``ccmd`` against it, stop both;
+    ``on_start(roles)`` and ``on_end()`` run at the client's main-run marks (a profiler's start and stop).
     Returns (roles, CPU seconds spent per pid over the client's main run, its window, affinities), or
     None with ``run.error`` set."""
     client = None
@@ -437,8 +449,12 @@ def _drive(run: Run, server: subprocess.Popen, server_log, ready, roles_of, ccmd
                 client_out.write(line)
                 if "Starting main benchmark run" in line and "start" not in marks:
                     marks["start"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+                    if on_start:
+                        on_start(roles)
                 elif "Serving Benchmark Result" in line and "end" not in marks:
                     marks["end"] = (time.time(), _snapshot(list(roles) + [client.pid]))
+                    if on_end:
+                        on_end()
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
@@ -777,31 +793,44 @@ WHAT_RAN = {
 }
 
 
+def _sidecar_parts(engine: str) -> dict:
+    """What differs between the engines' sidecars: the headline, the server's limits, what ran, the columns."""
+    if engine == "sglang":
+        return {"what": "host_path_sglang: the real SGLang serving stack with a stub GPU, measured on this CPU",
+                "server_limits": {"max_running_requests": MAX_NUM_SEQS, "chunked_prefill_size": MAX_NUM_BATCHED_TOKENS,
+                                  "context_length": MAX_MODEL_LEN, "max_total_tokens": SGLANG_MAX_TOTAL_TOKENS},
+                "components": SGLANG_WHAT_RAN,
+                "columns": {"cpu_s_api": "the launch_server process (HTTP server + TokenizerManager)",
+                            "cpu_s_engine_core": "the Scheduler process (sglang::scheduler)",
+                            "cpu_s_detokenizer": "the DetokenizerManager process (sglang::detokenizer)",
+                            "cpu_s_other": "the multiprocessing resource tracker",
+                            "async_scheduling": "SGLang's overlap scheduler (False: --disable-overlap-schedule)",
+                            "api_servers": "always 1 (one TokenizerManager)", "preempted": "not tracked (0)"}}
+    if engine in V0_ENGINES:
+        from .measure_engine_v0 import sidecar_parts
+
+        return sidecar_parts(engine, MAX_MODEL_LEN)
+    return {"what": "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU",
+            "server_limits": {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+                              "max_model_len": MAX_MODEL_LEN},
+            "components": WHAT_RAN}
+
+
 def write_sidecar(meta: dict, path: Path) -> None:
-    sglang = meta.get("engine") == "sglang"
-    doc = {"what": ("host_path_sglang: the real SGLang serving stack with a stub GPU, measured on this CPU"
-                    if sglang else "host_path_vllm: the real vLLM serving stack with a stub GPU, measured on this CPU"),
+    parts = _sidecar_parts(meta.get("engine", "vllm"))
+    doc = {"what": parts["what"],
            "measured": {k: meta[k] for k in ("date", "cpu_model", "cpus", "kernel", "versions", "quick",
                                              "wall_s", "client_taskset", "server_taskset", "affinity")},
            "stub_step": {"formula": "a + b * decode_requests + c * prefill_tokens (seconds)",
                          "a_s": STUB_A, "b_s": STUB_B, "c_s": STUB_C},
-           "server_limits": ({"max_running_requests": MAX_NUM_SEQS, "chunked_prefill_size": MAX_NUM_BATCHED_TOKENS,
-                              "context_length": MAX_MODEL_LEN, "max_total_tokens": SGLANG_MAX_TOTAL_TOKENS}
-                             if sglang else
-                             {"max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
-                              "max_model_len": MAX_MODEL_LEN}),
+           "server_limits": parts["server_limits"],
            "commands": {"server": meta["server_cmd_example"], "client": meta["client_cmd_example"]},
-           "components": SGLANG_WHAT_RAN if sglang else WHAT_RAN,
+           "components": parts["components"],
            "cpu_window": "utime+stime from /proc/PID/stat, from the client's "
            "'Starting main benchmark run' line to its result banner (warm-up request and start-up excluded)",
            "failures": meta["failures"], "fits": meta["fits"]}
-    if sglang:
-        doc["columns"] = {"cpu_s_api": "the launch_server process (HTTP server + TokenizerManager)",
-                          "cpu_s_engine_core": "the Scheduler process (sglang::scheduler)",
-                          "cpu_s_detokenizer": "the DetokenizerManager process (sglang::detokenizer)",
-                          "cpu_s_other": "the multiprocessing resource tracker",
-                          "async_scheduling": "SGLang's overlap scheduler (False: --disable-overlap-schedule)",
-                          "api_servers": "always 1 (one TokenizerManager)", "preempted": "not tracked (0)"}
+    if "columns" in parts:
+        doc["columns"] = parts["columns"]
         doc["client_versions"] = meta.get("client_versions")
     write_yaml(doc, path)
 
@@ -813,6 +842,64 @@ def write_yaml(doc: dict, path) -> None:
     write_atomically(path, yaml.safe_dump(doc, sort_keys=False, width=110))
 
 
+V0_ENGINES = ("vllm-v0", "vllm-v0.6")  # the V0 releases, run by measure_engine_v0
+
+
+def _client_side(engine: str, client_python, stream_interval, api_servers) -> tuple:
+    """The client's python and versions, py-spy (the V0 releases), and the sweep's stream intervals and API
+    servers as the engine has them: SGLang and the V0 releases run one API server; V0 streams every token."""
+    if engine == "vllm":
+        return client_python, None, None, stream_interval, api_servers
+    client_python = os.path.abspath(client_python or ".venv-vllm/bin/python")
+    client_versions = engine_versions(client_python, "vllm")
+    if engine == "sglang":
+        return client_python, client_versions, None, stream_interval, (1,)
+    from .measure_engine_v0 import find_py_spy
+
+    py_spy = find_py_spy(client_python)
+    if py_spy is None:
+        raise LastmileError(f"measure-engine {engine}: py-spy not found (it splits a process's CPU by kind of work); "
+                            f"{client_python} -m pip install py-spy")
+    return client_python, client_versions, py_spy, (1,), (1,)
+
+
+def _run_point(engine: str, python: str, client_python, py_spy, model: Path, p: Point, n: int, work: Path,
+               versions: dict, token_range, pin: dict) -> Run:
+    if engine == "sglang":
+        return run_point_sglang(python, client_python, model, p, n, work, versions, token_range, **pin)
+    if engine in V0_ENGINES:
+        from .measure_engine_v0 import run_point_v0
+
+        return run_point_v0(python, client_python, model, p, n, work, versions, token_range, py_spy, **pin,
+                            engine=engine)
+    return run_point(python, model, p, n, work, versions, token_range, **pin)
+
+
+def _say_point(say, i: int, total: int, engine: str, run: Run, seconds: float) -> None:
+    p, r = run.point, run.row
+    if run.error:
+        say(f"measure-engine: {i}/{total} {engine} {p.label} FAILED: {run.error}")
+        return
+    say(f"measure-engine: {i}/{total} {engine} {p.label} ttft={r['ttft_ms_mean']:.1f}ms "
+        f"tpot={r['tpot_ms_mean']:.2f}ms itl_p99={r['itl_ms_p99']:.1f}ms "
+        f"{r['output_tokens_per_s']:.0f} tok/s cpu api={r['cpu_s_api']:.1f}s "
+        f"core={r.get('cpu_s_engine_core', 0.0):.1f}s client={r['cpu_s_client']:.1f}s ({seconds:.0f} s)")
+
+
+def _engine_parts(engine: str) -> tuple:
+    """The engine's server command (python, model, port, point), CSV columns, fit and whether it has an overlap
+    a point can turn off."""
+    if engine in V0_ENGINES:
+        from . import measure_engine_v0 as v0m
+
+        flavor = v0m.FLAVORS[engine]
+        return (lambda *a: v0m._v0_server_cmd(*a, flavor)), V0_CSV_COLUMNS, v0m.fit_v0_costs, \
+            bool(flavor.no_overlap_flag)
+    if engine == "sglang":
+        return _sglang_server_cmd, SGLANG_CSV_COLUMNS, fit_host_costs, True
+    return _server_cmd, CSV_COLUMNS, fit_host_costs, True
+
+
 def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurrency=CONCURRENCY,
                    stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
                    work_dir: str | None = None, client_taskset: str | None = None,
@@ -820,17 +907,14 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
                    client_python: str | None = None, output_len=(OUTPUT_LEN,)) -> dict:
     """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
 
-    ``engine="sglang"``: ``python`` is SGLang's environment and ``client_python`` vLLM's (its
-    ``vllm bench serve`` is the client; default .venv-vllm/bin/python); one API server
-    (``api_servers`` is ignored)."""
+    ``engine="sglang"`` or a V0 release (``vllm-v0``, ``vllm-v0.6``): ``python`` is the engine's environment
+    and ``client_python`` vLLM's (its ``vllm bench serve`` is the client, and the V0 releases' py-spy; default
+    .venv-vllm/bin/python); one API server (``api_servers`` is ignored)."""
     python = os.path.abspath(python)  # the engine's commands run from the work folder (not resolved: a venv's python is a link)
     versions = engine_versions(python, engine)
-    sglang = engine == "sglang"
-    client_versions = None
-    if sglang:
-        client_python = os.path.abspath(client_python or ".venv-vllm/bin/python")
-        client_versions = engine_versions(client_python, "vllm")
-        api_servers = (1,)
+    client_python, client_versions, py_spy, stream_interval, api_servers = _client_side(
+        engine, client_python, stream_interval, api_servers)
+    server_cmd, columns, fit, overlap = _engine_parts(engine)
     out = Path(out)
     if not out.parent.is_dir():
         raise LastmileError(f"{out}: folder {out.parent} does not exist")
@@ -838,7 +922,7 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     if quick:
         concurrency, stream_interval, api_servers = tuple(concurrency)[:2], tuple(stream_interval)[:1], \
             tuple(api_servers)[:1]
-    points = plan(concurrency, stream_interval, api_servers, sync_point=None if quick else 64,
+    points = plan(concurrency, stream_interval, api_servers, sync_point=None if quick or not overlap else 64,
                   output_len=tuple(output_len))
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="lastmile-measure-engine-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -847,27 +931,18 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     token_range = (info["first_merged_id"], info["vocab_size"])
     rows, failures = [], []
     started = time.time()
+    pin = {"client_taskset": client_taskset, "server_taskset": server_taskset}
     for i, p in enumerate(points, 1):
         n = num_prompts_for(p.concurrency, quick)
         say(f"measure-engine: {i}/{len(points)} {engine} {p.label} prompts={n} ...")
         t = time.time()
-        if sglang:
-            run = run_point_sglang(python, client_python, model, p, n, work, versions, token_range,
-                                   client_taskset=client_taskset, server_taskset=server_taskset)
-        else:
-            run = run_point(python, model, p, n, work, versions, token_range, client_taskset=client_taskset,
-                            server_taskset=server_taskset)
+        run = _run_point(engine, python, client_python, py_spy, model, p, n, work, versions, token_range, pin)
+        _say_point(say, i, len(points), engine, run, time.time() - t)
         if run.error:
             failures.append({"point": p.label, "error": run.error})
-            say(f"measure-engine: {i}/{len(points)} {engine} {p.label} FAILED: {run.error}")
             continue
-        r = run.row
-        rows.append(r)
-        write_csv(rows, out, SGLANG_CSV_COLUMNS if sglang else CSV_COLUMNS)
-        say(f"measure-engine: {i}/{len(points)} {engine} {p.label} ttft={r['ttft_ms_mean']:.1f}ms "
-            f"tpot={r['tpot_ms_mean']:.2f}ms itl_p99={r['itl_ms_p99']:.1f}ms "
-            f"{r['output_tokens_per_s']:.0f} tok/s cpu api={r['cpu_s_api']:.1f}s "
-            f"core={r['cpu_s_engine_core']:.1f}s client={r['cpu_s_client']:.1f}s ({time.time() - t:.0f} s)")
+        rows.append(run.row)
+        write_csv(rows, out, columns)
     meta = {
         "engine": engine, "versions": versions, "cpu_model": _cpu_model(), "cpus": os.cpu_count(),
         "kernel": platform.release(), "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -875,12 +950,11 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
         "client_taskset": client_taskset, "server_taskset": server_taskset,
         "affinity": rows[0]["_affinity"] if rows else {},
         "client_versions": client_versions,
-        "server_cmd_example": " ".join((_sglang_server_cmd if sglang else _server_cmd)(python, model, 8000,
-                                                                                     points[0])),
-        "client_cmd_example": " ".join(_client_cmd(client_python if sglang else python, model, 8000, points[0],
+        "server_cmd_example": " ".join(server_cmd(python, model, 8000, points[0])),
+        "client_cmd_example": " ".join(_client_cmd(client_python or python, model, 8000, points[0],
                                                    num_prompts_for(points[0].concurrency, quick),
                                                    work / "bench.json")),
-        "failures": failures, "fits": fit_host_costs(rows), "quick": quick,
+        "failures": failures, "fits": fit(rows), "quick": quick,
     }
     write_sidecar(meta, out.with_suffix(".yaml"))
     with open(work / "meta.json", "w") as f:

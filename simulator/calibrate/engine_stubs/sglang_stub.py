@@ -38,8 +38,6 @@ thread and at exit.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 import time
@@ -47,7 +45,7 @@ import time
 
 # one step function for both stubs (stub_step.py beside this file, on the engine processes' PYTHONPATH)
 from stub_step import (LOG_PATH, STEP_A, STEP_B, STEP_C, TOKEN_HI, TOKEN_LO, env_int,  # noqa: F401
-                       start_log, step_seconds)
+                       patch_on_import, start_log, step_seconds)
 
 
 
@@ -141,32 +139,8 @@ _PATCHES = {
 }
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner, patch):
-        self._inner, self._patch = inner, patch
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        self._patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        patch = _PATCHES.get(name)
-        if patch is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, patch)
-        return spec
-
-
 def install() -> None:
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    patch_on_import(_PATCHES)
 
 
 install()

@@ -5,7 +5,10 @@ the engine processes' PYTHONPATH); imports nothing from lastmile, which the engi
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 import threading
 import time
 
@@ -57,3 +60,36 @@ def start_log(flush) -> bool:
 
     threading.Thread(target=every_second, name="lastmile-stub-log", daemon=True).start()
     return True
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self._inner, self._patch = inner, patch
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._patch(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, patches: dict):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        patch = self.patches.get(name)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, patch)
+        return spec
+
+
+def patch_on_import(patches: dict) -> None:
+    """Run ``patches[name](module)`` right after the engine imports module ``name`` (a post-import hook on
+    ``sys.meta_path``), so the engine's installed files are never edited."""
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(patches))
