@@ -10,7 +10,7 @@ import simpy
 from simulator.api import run
 from simulator.errors import LastmileError
 from simulator.hardware.cpu import CorePool, CPUProcess
-from simulator.pipelines.llm.event_loop import AsyncioServer, Message, slices
+from simulator.pipelines.llm.event_loop import AsyncioServer, Message, PerOutputAsyncioServer, slices
 
 
 class _Frontend:
@@ -96,6 +96,19 @@ def test_outputs_merge_when_the_reader_finds_two_messages():
     assert fe.servers[0].tasks == 3 + 2  # three handler turns (one per message), two stream batches
 
 
+def test_vllm_0_6s_loop_writes_a_chunk_per_output():
+    """The same arrivals on vLLM 0.6.0's loop (asyncio_per_output): nothing merges; each stream writes its
+    two held outputs as two chunks, the four as one task of 2 s after the handler's two messages (2.0-4.0):
+    request 0's at 4.5 and 5.0, request 1's at 5.5 and 6.0."""
+    fe = _Frontend()
+    loop = PerOutputAsyncioServer(fe, 0)
+    _play(fe, loop, [(0.0, "msg", _message(0, [0, 1])), (0.5, "msg", _message(1, [0, 1])),
+                     (0.8, "msg", _message(2, [0, 1]))])
+    assert sorted((s, r, at) for s, r, at, _ in fe.rows) == [
+        (0, 0, 1.5), (0, 1, 2.0), (1, 0, 4.5), (1, 1, 5.5), (2, 0, 5.0), (2, 1, 6.0)]
+    assert fe.servers[0].busy == pytest.approx(3 * 1.0 + 6 * 0.5)
+
+
 def test_a_request_waits_behind_the_streams_made_ready_before_it():
     """A request polled at the end of an iteration runs after the streams its handler turn woke."""
     fe = _Frontend()
@@ -140,3 +153,19 @@ def test_a_lagging_loop_merges_and_keeps_every_token(engine):
     fifo = run(None, {**over, "serving.api_server_loop": "fifo"}).summary
     assert fifo["itl_ms"]["mean"] == pytest.approx(fifo["itl_per_token_ms"]["mean"])  # a chunk per token
     assert merged > 1.2
+
+
+def test_vllm_0_6s_lagging_loop_streams_every_token_alone():
+    """vLLM 0.6.0's layout with its measured costs, one API server short of CPU: every chunk carries one
+    token (a chunk's gap is a token's) and every token arrives, where V1's loop on the same run merges a
+    lagging stream's tokens into fuller chunks."""
+    over = {"serving.engine": "vllm-0.6", "serving.api_server_loop": "asyncio_per_output", "hardware.cpu_cores": 2,
+            "workload.arrival": "closed", "workload.concurrency": 256, "workload.requests": 512,
+            "workload.prompt_tokens": 64, "workload.output_tokens": 32, "model": "llama-3-8b"}
+    a, b = run(None, over), run(None, over)
+    assert a.summary == b.summary
+    s = a.summary
+    assert s["requests_completed"] == 512 and s["tokens"]["output_total"] == 512 * 32
+    assert s["itl_ms"]["mean"] == pytest.approx(s["itl_per_token_ms"]["mean"])
+    merging = run(None, {**over, "serving.api_server_loop": "asyncio"}).summary
+    assert merging["itl_ms"]["mean"] > 1.2 * merging["itl_per_token_ms"]["mean"]

@@ -80,3 +80,4 @@ def test_vllm_0_6s_profile_is_the_fit_of_its_two_processes():
     fam = next(f for f in discover() if f.name == "host_path_vllm_v06")
     assert fam.base["serving"]["engine"] == {"base": "vllm-0.6", "costs": {"prepare_per_request": "0 us"}}
     assert {c.overrides["serving.overlap"] for c in fam.cases} == {"async_output", "sync"}
+    assert fam.base["serving"]["api_server_loop"] == "asyncio_per_output"

@@ -185,7 +185,8 @@ FIELD_DOCS: dict[str, str] = {
                                   "messages); engine: each runs in its replica's engine process, one GIL.",
     "Serving.api_server_loop": "fifo: each API server runs its tasks whole, first come first served; asyncio: an "
                                "event loop in turns (vLLM V1's API server, SGLang's tokenizer manager), outputs "
-                               "merging in a chunk while a stream lags.",
+                               "merging in a chunk while a stream lags; asyncio_per_output: the same loop writing "
+                               "one chunk per output (vLLM 0.6.0's streams).",
     "EngineProfile.name": "Name of the engine profile.",
     "EngineProfile.version": "Which release(s) of the engine the profile describes.",
     "EngineProfile.description": "What the profile models.",

@@ -421,7 +421,7 @@ class Serving(Strict):
     overlap: Literal["sync", "async", "async_output"] = "sync"
     detokenizer: Literal["engine", "separate", "api_server"] = "engine"
     api_server_process: Literal["own", "engine"] = "own"
-    api_server_loop: Literal["fifo", "asyncio"] = "fifo"
+    api_server_loop: Literal["fifo", "asyncio", "asyncio_per_output"] = "fifo"
     multi_step: Count(64) = 1
     api_servers: Count(1024) = 1
     stream_interval: Count(MAX_CONTEXT) = 1
@@ -916,8 +916,8 @@ class LLMScenario(ScenarioBase):
     def _asyncio_api_servers(self):
         """An asyncio API server is a process of its own (with api_server_process: engine the engine's loop runs it)."""
         sv = self.serving
-        if sv.api_server_loop == "asyncio" and sv.api_server_process != "own":
-            raise ConfigError("api_server_loop: asyncio runs each API server as an event loop in a process of its "
+        if sv.api_server_loop != "fifo" and sv.api_server_process != "own":
+            raise ConfigError(f"api_server_loop: {sv.api_server_loop} runs each API server as an event loop in a process of its "
                               f"own; set api_server_process: own (it is {sv.api_server_process}), or "
                               "api_server_loop: fifo", path="serving.api_server_loop")
         return self

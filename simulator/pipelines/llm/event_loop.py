@@ -26,6 +26,9 @@ separate detokenizer, SGLang's: tokenizer_manager.py ``handle_loop`` sets each r
 message arriving while the handler runs waits for the next turn). Each callback is booked on the
 server's CPU process (its clock, totals, spans and cores); the loop only waits for the simulation at
 the poll that ends an iteration, since what arrives before it decides what runs next.
+
+vLLM 0.6.0's API server runs the same turns with no collector (``asyncio_per_output``,
+:class:`PerOutputAsyncioServer`): each output the engine sent is a chunk of its own.
 """
 
 from __future__ import annotations
@@ -240,21 +243,28 @@ class AsyncioServer:
         self._record(now)
 
     def _streams(self, rids: list[int]) -> None:
-        """Each request's stream takes its collector's outputs and writes one SSE chunk carrying their
-        tokens: the last output's row is the chunk's, the others' tokens are merged into it."""
+        """Each request's stream takes its collector's outputs and writes them as chunks (:meth:`_chunks`),
+        booked as one task; then the rows of everything it took are recorded."""
         per = self.fe.cpu.stream_per_chunk
-        start, _ = self.book(per * len(rids), "stream")
-        done, collector = [], self.collector
-        for n, rid in enumerate(rids, 1):
-            held = collector.pop(rid)
-            last = max(i for i, (_, _, output) in enumerate(held) if output)
-            msg, idx, _ = held[last]
-            msg.sent_at[idx] = start + per * n
-            done.extend(held)
-        self._record(done)
+        held_by = [self.collector.pop(rid) for rid in rids]
+        chunks = [self._chunks(held) for held in held_by]
+        start, _ = self.book(per * sum(map(len, chunks)), "stream")
+        n = 0
+        for chunk in chunks:
+            for msg, idx in chunk:
+                n += 1
+                msg.sent_at[idx] = start + per * n
+        self._record([entry for held in held_by for entry in held])
         for rid in rids:
             for action in self.waiters.pop(rid, ()):
                 action(rid)
+
+    @staticmethod
+    def _chunks(held: list) -> list[tuple]:
+        """vLLM V1 (and SGLang): one SSE chunk carrying every token its collector merged; the last output's
+        row is the chunk's, the others' tokens are merged into it."""
+        last = max(i for i, (_, _, output) in enumerate(held) if output)
+        return [held[last][:2]]
 
     def _record(self, entries: list) -> None:
         """Record the rows of ``entries`` (message, entry, _), each message's together, earlier steps first
@@ -277,3 +287,17 @@ class AsyncioServer:
             return False
         self.waiters.setdefault(rid, []).append(action)
         return True
+
+
+class PerOutputAsyncioServer(AsyncioServer):
+    """vLLM 0.6.0's API server on the same loop (``serving.api_server_loop: asyncio_per_output``): each
+    request's coroutine (``AsyncEngineRPCClient.generate`` on the request's own ZeroMQ socket, then the
+    OpenAI SSE generator) writes one chunk per output the engine sent, with nothing merged: 0.6's
+    ``RequestOutput`` is cumulative and each is streamed as it comes (vllm/entrypoints/openai/rpc/client.py,
+    serving_completion.py). When the loop lags, each turn's streams write their requests' backlogs,
+    so every request in flight shares the lag, and a new request's intake runs at the next poll."""
+
+    @staticmethod
+    def _chunks(held: list) -> list[tuple]:
+        """One chunk per output the stream holds, in step order (nothing merged)."""
+        return [(msg, idx) for msg, idx, output in held if output]

@@ -10,7 +10,7 @@ from ...hardware.cpu import CPUProcess
 from ...hardware.topology import LinkParams
 from ...observe.records import BUFFERED, SENT
 from .engine import RequestTable
-from .event_loop import AsyncioServer, Message
+from .event_loop import AsyncioServer, Message, PerOutputAsyncioServer
 from .placements import streaming
 from .routers import make_router
 from .settings import TOKEN_ID_BYTES, FrontendSettings, detokenize_cost, message_cost, output_message_cost, outputs_cost
@@ -25,7 +25,7 @@ declare("response_header_bytes", owner="frontend")
 declare("api_server_loop", only("fifo"), "the asyncio loop decides each chunk's tokens as the loop reaches it",
         owner="frontend")
 
-API_SERVER_LOOPS = {"fifo": None, "asyncio": AsyncioServer}
+API_SERVER_LOOPS = {"fifo": None, "asyncio": AsyncioServer, "asyncio_per_output": PerOutputAsyncioServer}
 """``serving.api_server_loop`` -> the loop each API server runs its work in (None: whole tasks on its FIFO clock)."""
 
 
