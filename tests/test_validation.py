@@ -73,7 +73,8 @@ TOLERANCE = {
     ("host_path_vllm_v0", "output_tokens_per_s"): (11, 29),
     # vLLM 0.6.0's two processes (issue 23, measured here), its API server as the loop with a chunk per output:
     # throughput within 17% median; at c = 1,024 the real engine runs ahead of its API server where the
-    # simulated one idles between steps (TTFT +1,007%, TPOT -73%), and its cost per chunk falls with load (notes)
+    # simulated one waits for a core between steps (whole tasks, no time slicing: TTFT +1,007%, TPOT -73%), and
+    # its cost per chunk falls with load (notes)
     ("host_path_vllm_v06", "ttft_ms"): (77, 1008),
     ("host_path_vllm_v06", "tpot_ms"): (52, 115),
     ("host_path_vllm_v06", "output_tokens_per_s"): (17, 106),
