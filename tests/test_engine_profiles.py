@@ -248,3 +248,15 @@ def test_engines_differ_the_way_their_changelogs_say():
     gain = {name: base["tpot_ms"]["mean"] / summary(name, **{"serving.stream_interval": 8})["tpot_ms"]["mean"]
             for name, base in (("vllm-0.5", v05), ("vllm-v1", v1))}
     assert gain["vllm-0.5"] > 1.05 > gain["vllm-v1"]
+
+
+def test_the_collector_grows_with_the_batch_squared():
+    """settings.schedule_cost: per step, per request and, for CPython's cyclic collector, per request pair."""
+    from types import SimpleNamespace
+
+    from simulator.pipelines.llm.settings import schedule_cost
+
+    cpu = SimpleNamespace(schedule_per_step=100e-6, schedule_per_request=10e-6, prepare_per_step=0.0,
+                          prepare_per_request=5e-6, gc_per_request_pair=0.2e-6)
+    assert schedule_cost(cpu, 100) == pytest.approx(100e-6 + 100 * 15e-6 + 0.2e-6 * 100 ** 2)
+    assert schedule_cost(cpu, 200) - schedule_cost(cpu, 100) == pytest.approx(100 * 15e-6 + 0.2e-6 * 30_000)

@@ -64,9 +64,24 @@ def test_vllm_0_5s_profile_is_the_fit_of_its_own_server():
     entry = catalog.entry("cpus", "vllm-0.5")
     fitted = hp.v0_costs(side["fits"])
     assert {k: entry[k] for k in fitted} == fitted
-    assert entry["prepare_per_request"] != "0 us"
+    assert entry["prepare_per_request"] != "0 us" and "gc_per_request_pair" not in entry
     fam = next(f for f in discover() if f.name == "host_path_vllm_v0")
     assert fam.base["serving"]["engine"] == {"base": "vllm-0.5", "costs": {"prepare_per_request": "0 us"}}
+
+
+def test_the_collectors_cost_is_what_the_two_committed_sweeps_give():
+    """The same server measured with CPython's collector off (host_path_vllm_v0_nogc): its sidecar says so, and
+    its collector fit is the two committed sweeps' difference per request pair (measure_engine_v0.fit_gc),
+    with the collector-free costs it leaves (host_path.v0_costs with the fit) below the averaged ones."""
+    from simulator.calibrate.measure_engine_v0 import fit_gc
+
+    ref = ROOT / "scenarios/validation/reference"
+    off = yaml.safe_load((ref / "host_path_vllm_v0_nogc.yaml").read_text())
+    assert off["measured"]["python_gc"] == "off"
+    gc = fit_gc(read_csv(ref / "host_path_vllm_v0.csv"), read_csv(ref / "host_path_vllm_v0_nogc.csv"))
+    assert gc["coefficients"] == off["fits"]["gc"]["coefficients"] and gc["coefficients"]["per_request_pair_s"] > 0
+    free, averaged = hp.v0_costs(off["fits"], gc), catalog.entry("cpus", "vllm-0.5")
+    assert float(free["stream_per_chunk"].split()[0]) < float(averaged["stream_per_chunk"].split()[0])
 
 
 def test_vllm_0_6s_profile_is_the_fit_of_its_two_processes():

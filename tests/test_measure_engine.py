@@ -240,3 +240,29 @@ def test_the_vllm_v0_tables_are_sane(name, engine, version):
         assert sum(float(r[c]) for c in SPY_COLUMNS[1:]) == pytest.approx(1.0, abs=2e-3)
     by_work = sorted(rows, key=lambda r: int(r["req_steps"]))
     assert float(by_work[-1]["cpu_s_api"]) > 10 * float(by_work[0]["cpu_s_api"]) > 0
+
+
+@pytest.mark.parametrize("setting,enabled", [("off", "False"), ("on", "True"), ("", "True")])
+def test_the_stubs_turn_the_collector_off_only_when_asked(setting, enabled):
+    """measure-engine --no-gc: every stub imports stub_step, which turns CPython's cyclic collector off in the
+    engine's process when LASTMILE_STUB_GC=off, and leaves it alone otherwise."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "LASTMILE_STUB_GC": setting, "PYTHONPATH": str(STUB_DIR)}
+    out = subprocess.run([sys.executable, "-c", "import stub_step, gc; print(gc.isenabled())"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == enabled
+
+
+def test_the_collectors_cost_is_the_difference_of_the_two_sweeps():
+    """A closed form: points whose CPU with the collector on exceeds the same points' with it off by 0.2 us
+    per request pair in a step give back 0.2 us (fit_gc pairs the points by concurrency and length)."""
+    from simulator.calibrate.measure_engine_v0 import fit_gc
+
+    def row(c, out, sq, base):
+        return {"concurrency": c, "output_len": out, "req_steps_sq": sq, "cpu_s_api": base, "cpu_s_engine_core": 0.0,
+                "stream_interval": 1, "api_servers": 1}
+    off = [row(64, 64, 0, 1.8), row(256, 64, 0, 7.0), row(256, 256, 0, 26.0)]
+    on = [row(64, 64, 1_000_000, 1.8 + 0.2), row(256, 64, 16_000_000, 7.0 + 3.2), row(256, 256, 66_000_000, 26.0 + 13.2)]
+    assert fit_gc(on, list(reversed(off)))["coefficients"] == pytest.approx({"per_request_pair_s": 0.2e-6}, rel=1e-3)

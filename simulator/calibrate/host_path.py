@@ -69,14 +69,15 @@ def sglang_costs(fits: dict) -> dict:
             "output_per_request": _us(det["per_chunk_s"]), "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
-def v0_costs(fits: dict) -> dict:
+def v0_costs(fits: dict, gc: dict | None = None) -> dict:
     """CPUCosts of vLLM 0.5's one process from the py-spy-split fit (``measure_engine_v0.fit_v0_costs``): the
     scheduler's and the engine loop's per-step and per-request-step costs as its scheduling; output
     processing per request-step as its output objects and per step as the fixed part of a step's output
     path; detokenization per request-step as the per-token cost (one token a step each); the API server's
     per-request cost as the request overhead (prompt tokenization inside it) and per-chunk cost as the SSE
     chunk; the asyncio loop's own work per step with the engine's per-step cost and per chunk with the
-    chunk's. The model runner's input preparation is not run by the stub, so it is not among these terms."""
+    chunk's. ``gc``: the collector's fit (``measure_engine_v0.fit_gc``), where ``fits`` are of a sweep with
+    it off. The model runner's input preparation is not run by the stub, so it is not among these terms."""
     c = {k: fits[k]["coefficients"] for k in ("schedule", "engine", "output", "detokenize", "api_server", "loop")}
     return {"tokenize_per_token": "0 us",
             "schedule_per_step": _us(c["schedule"]["per_step_s"] + c["engine"]["per_step_s"] + c["loop"]["per_step_s"]),
@@ -85,7 +86,8 @@ def v0_costs(fits: dict) -> dict:
             "output_per_request": _us(c["output"]["per_request_step_s"]),
             "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"]),
             "request_overhead": _us(c["api_server"]["per_request_s"]),
-            "stream_per_chunk": _us(c["api_server"]["per_chunk_s"] + c["loop"]["per_chunk_s"])}
+            "stream_per_chunk": _us(c["api_server"]["per_chunk_s"] + c["loop"]["per_chunk_s"]),
+            **({"gc_per_request_pair": _us(gc["coefficients"]["per_request_pair_s"])} if gc else {})}
 
 
 def v06_costs(fits: dict) -> dict:

@@ -102,8 +102,9 @@ SGLANG_CSV_COLUMNS = CSV_COLUMNS[:CSV_COLUMNS.index("cpu_s_client")] + ["cpu_s_d
     CSV_COLUMNS[CSV_COLUMNS.index("cpu_s_client"):]
 
 # vLLM 0.5's and 0.6's table (``measure_engine_v0``): no launcher (0.5: one server process, cpu_s_api, its engine
-# core 0), and the shares of the profiled process's py-spy samples per category of work.
-V0_CSV_COLUMNS = [c for c in CSV_COLUMNS if c != "cpu_s_launcher"] + \
+# core 0), the sum over steps of the requests squared (what the garbage collector's cost follows), and the
+# shares of the profiled process's py-spy samples per category of work.
+V0_CSV_COLUMNS = [c for c in CSV_COLUMNS if c != "cpu_s_launcher"] + ["req_steps_sq"] + \
     ["spy_samples", "spy_schedule", "spy_output", "spy_detokenize", "spy_engine", "spy_ipc", "spy_api", "spy_loop"]
 
 _BUILD_MODEL = r'''
@@ -416,6 +417,7 @@ def _step_stats(log: Path, t0: float, t1: float) -> dict:
     dur = d.end - d.start
     return {"steps": int(len(d)), "step_ms_mean": round(float(dur.mean()) * 1e3, 4),
             "batch_mean": round(float(d.reqs.mean()), 3), "req_steps": int(d.reqs.sum()),
+            "req_steps_sq": int((d.reqs.astype("int64") ** 2).sum()),
             "prefill_tokens": int(d.prefill_tokens.sum()),
             "gpu_busy_frac": round(float(dur.sum()) / max(t1 - t0, 1e-9), 4),
             "preempted": int(d.preempted.sum())}
@@ -530,6 +532,10 @@ def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] + cmd if cpus else cmd
 
 
+STUB_ENV: dict[str, str] = {}
+"""Settings of the sweep under way for the stubs in the servers' environment (``LASTMILE_STUB_GC``)."""
+
+
 def _point_setup(python: str, work: Path, tag: str, stub, token_range, path: list[str]) -> tuple:
     """A point's fresh step log and result file, and the server's environment: ``path`` first on its
     PYTHONPATH, the stub's step function and id range in ``LASTMILE_STUB_*``."""
@@ -540,7 +546,8 @@ def _point_setup(python: str, work: Path, tag: str, stub, token_range, path: lis
     env.update({"PYTHONPATH": os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
                 "LASTMILE_STUB_A": repr(stub[0]), "LASTMILE_STUB_B": repr(stub[1]),
                 "LASTMILE_STUB_C": repr(stub[2]), "LASTMILE_STUB_LOG": str(steplog),
-                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1])})
+                "LASTMILE_STUB_TOKEN_LO": str(token_range[0]), "LASTMILE_STUB_TOKEN_HI": str(token_range[1]),
+                **STUB_ENV})
     return steplog, result, env
 
 
@@ -820,7 +827,7 @@ def write_sidecar(meta: dict, path: Path) -> None:
     parts = _sidecar_parts(meta.get("engine", "vllm"))
     doc = {"what": parts["what"],
            "measured": {k: meta[k] for k in ("date", "cpu_model", "cpus", "kernel", "versions", "quick",
-                                             "wall_s", "client_taskset", "server_taskset", "affinity")},
+                                             "wall_s", "client_taskset", "server_taskset", "affinity", "python_gc")},
            "stub_step": {"formula": "a + b * decode_requests + c * prefill_tokens (seconds)",
                          "a_s": STUB_A, "b_s": STUB_B, "c_s": STUB_C},
            "server_limits": parts["server_limits"],
@@ -904,14 +911,17 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
                    stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
                    work_dir: str | None = None, client_taskset: str | None = None,
                    server_taskset: str | None = None, progress=None,
-                   client_python: str | None = None, output_len=(OUTPUT_LEN,)) -> dict:
+                   client_python: str | None = None, output_len=(OUTPUT_LEN,), python_gc: bool = True) -> dict:
     """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
+    ``python_gc=False`` turns CPython's cyclic garbage collector off in the engine's processes (the stubs do
+    it at import), to measure what the collector costs.
 
     ``engine="sglang"`` or a V0 release (``vllm-v0``, ``vllm-v0.6``): ``python`` is the engine's environment
     and ``client_python`` vLLM's (its ``vllm bench serve`` is the client, and the V0 releases' py-spy; default
     .venv-vllm/bin/python); one API server (``api_servers`` is ignored)."""
     python = os.path.abspath(python)  # the engine's commands run from the work folder (not resolved: a venv's python is a link)
     versions = engine_versions(python, engine)
+    STUB_ENV["LASTMILE_STUB_GC"] = "on" if python_gc else "off"  # every point's server environment takes it
     client_python, client_versions, py_spy, stream_interval, api_servers = _client_side(
         engine, client_python, stream_interval, api_servers)
     server_cmd, columns, fit, overlap = _engine_parts(engine)
@@ -954,7 +964,7 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
         "client_cmd_example": " ".join(_client_cmd(client_python or python, model, 8000, points[0],
                                                    num_prompts_for(points[0].concurrency, quick),
                                                    work / "bench.json")),
-        "failures": failures, "fits": fit(rows), "quick": quick,
+        "failures": failures, "fits": fit(rows), "quick": quick, "python_gc": "on" if python_gc else "off",
     }
     write_sidecar(meta, out.with_suffix(".yaml"))
     with open(work / "meta.json", "w") as f:

@@ -227,6 +227,19 @@ def fit_v0_costs(rows: list[dict]) -> dict:
     return fits
 
 
+def fit_gc(on: list[dict], off: list[dict]) -> dict:
+    """CPython's cyclic garbage collector: each point's process CPU seconds with the collector on (``on``) less
+    the same point's with it off (``off``, measure-engine --no-gc), fitted per request pair in a step (the sum
+    over the steps of their requests squared, ``req_steps_sq``, of the run with it on)."""
+    key = lambda r: (int(r["concurrency"]), int(r["output_len"]))  # noqa: E731
+    offs = {key(r): r for r in off}
+    rows = [r for r in on if key(r) in offs and r.get("req_steps_sq")]
+    cpu = "cpu_s_engine_core" if any(float(r.get("cpu_s_engine_core") or 0) for r in rows) else "cpu_s_api"
+    X = np.c_[[float(r["req_steps_sq"]) for r in rows]]
+    y = np.array([float(r[cpu]) - float(offs[key(r)][cpu]) for r in rows])
+    return _lstsq(X, y, ["per_request_pair_s"], rows)
+
+
 V0_WHAT_RAN = {
     "real": ["python -m vllm.entrypoints.openai.api_server (vLLM 0.5.3.post1), one process: FastAPI/uvicorn, the "
              "OpenAI /v1/completions with SSE streaming, prompt tokenization, AsyncLLMEngine's loop (V0 scheduler "

@@ -105,6 +105,8 @@ FIELD_DOCS: dict[str, str] = {
     "CPUCosts.ipc_per_byte": "Per byte of such a message, at each end.",
     "CPUCosts.ipc_bytes_per_request": "Bytes of one request's entry in a step's output message.",
     "CPUCosts.detokenize_per_token": "Incremental detokenization of one token of one request.",
+    "CPUCosts.gc_per_request_pair": ("CPython's cyclic garbage collector in the engine's process, per step: this x "
+                                     "(requests in the step) squared."),
     "CPUCosts.detokenize_step_fixed": "Fixed detokenizer cost per step.",
     "CPUCosts.output_per_request": "Building one request's output object each step.",
     "CPUCosts.stream_entry_per_request": ("With a separate detokenizer: the engine process adding one streaming request's entry "

@@ -49,6 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--work-dir", default=None, help="keep the model folder, logs and raw results here (default: a temp dir)")
     p.add_argument("--client-taskset", default=None, help="pin the client to these CPUs (taskset -c LIST)")
     p.add_argument("--server-taskset", default=None, help="pin the server processes to these CPUs (taskset -c LIST)")
+    p.add_argument("--no-gc", action="store_true",
+                   help="turn CPython's cyclic garbage collector off in the engine's processes (what it costs: "
+                        "run the sweep with and without)")
     p.add_argument("--quick", action="store_true",
                    help="two concurrencies, one stream interval and API-server count, few prompts (a smoke run)")
 
@@ -71,7 +74,7 @@ def main(args) -> int:
                             work_dir=args.work_dir, client_taskset=args.client_taskset,
                             server_taskset=args.server_taskset,
                             client_python=args.client_python if own_client else None,
-                            output_len=_ints(args.output_len, "--output-len"))
+                            output_len=_ints(args.output_len, "--output-len"), python_gc=not args.no_gc)
     meta = result["meta"]
     print(f"wrote {result['out']}: {len(result['rows'])} points, {args.engine} "
           f"{meta['versions'].get(args.engine.split('-')[0])}"

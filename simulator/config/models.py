@@ -159,6 +159,7 @@ class CPUCosts(Strict):
     schedule_per_request: CallSeconds
     prepare_per_step: CallSeconds = 0.0
     prepare_per_request: CallSeconds = 0.0
+    gc_per_request_pair: CallSeconds = 0.0
     dispatch_per_step: CallSeconds = 0.0
     detokenize_per_token: CallSeconds
     detokenize_step_fixed: CallSeconds = 0.0

@@ -5,6 +5,7 @@ the engine processes' PYTHONPATH); imports nothing from lastmile, which the engi
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib.abc
 import importlib.machinery
 import os
@@ -30,6 +31,9 @@ TOKEN_LO = env_int("LASTMILE_STUB_TOKEN_LO", 300)
 TOKEN_HI = env_int("LASTMILE_STUB_TOKEN_HI", 4000)
 LOG_PATH = os.environ.get("LASTMILE_STUB_LOG") or None
 LOG_HEADER = "launch,start,end,reqs,decode_reqs,prefill_tokens,sampled,new_reqs,preempted\n"
+
+if os.environ.get("LASTMILE_STUB_GC") == "off":  # measure-engine --no-gc: CPython's cyclic collector off
+    gc.disable()
 
 
 def step_seconds(decode_requests: int, prefill_tokens: int) -> float:

@@ -98,8 +98,12 @@ def last_mile_costs(cpu, free: bool):
 
 def schedule_cost(cpu, batch: int) -> float:
     """CPU seconds to schedule a step of ``batch`` requests and prepare its inputs (building the input
-    tensors, their H2D copy): per step and per request, for both."""
-    return cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step + cpu.prepare_per_request * batch
+    tensors, their H2D copy): per step and per request, for both; and CPython's cyclic garbage collector
+    in the engine's process, whose share of a step grows with the batch squared (each collection walks
+    every live request's objects, and each request's allocations in the step set how often it runs:
+    ``gc_per_request_pair``, measured in vLLM 0.5.3 with the collector on and off)."""
+    return (cpu.schedule_per_step + cpu.schedule_per_request * batch + cpu.prepare_per_step
+            + cpu.prepare_per_request * batch + cpu.gc_per_request_pair * batch * batch)
 
 
 def dispatch_cost(cpu, gpus: int) -> float:
