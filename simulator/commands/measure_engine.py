@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
                         "(default: host_path_ENGINE.csv)")
     p.add_argument("--concurrency", default=None,
                    help="client concurrencies (default: 1,16,64,256,1024,2048 for vllm, 1,16,64,256,1024 for "
-                        "sglang and vllm-v0)")
+                        "sglang and the V0 releases)")
     p.add_argument("--stream-interval", default="1,8", help="server --stream-interval values (default: %(default)s)")
     p.add_argument("--api-servers", default="1,2,4",
                    help="vllm only: server --api-server-count values (default: %(default)s)")
