@@ -69,22 +69,32 @@ def sglang_costs(fits: dict) -> dict:
             "output_per_request": _us(det["per_chunk_s"]), "stream_per_chunk": _us(api["per_chunk_s"])}
 
 
-def v0_costs(fits: dict, gc: dict | None = None) -> dict:
-    """CPUCosts of vLLM 0.5's one process from the py-spy-split fit (``measure_engine_v0.fit_v0_costs``): the
-    scheduler's and the engine loop's per-step and per-request-step costs as its scheduling; output
-    processing per request-step as its output objects and per step as the fixed part of a step's output
-    path; detokenization per request-step as the per-token cost (one token a step each); the API server's
-    per-request cost as the request overhead (prompt tokenization inside it) and per-chunk cost as the SSE
-    chunk; the asyncio loop's own work per step with the engine's per-step cost and per chunk with the
-    chunk's. ``gc``: the collector's fit (``measure_engine_v0.fit_gc``), where ``fits`` are of a sweep with
-    it off. The model runner's input preparation is not run by the stub, so it is not among these terms."""
-    c = {k: fits[k]["coefficients"] for k in ("schedule", "engine", "output", "detokenize", "api_server", "loop")}
+def _v0_engine_costs(c: dict) -> dict:
+    """What vLLM V0's engine process does in both releases, from the py-spy-split fits' coefficients ``c``: the
+    scheduler's, the engine loop's and the asyncio loop's per-step work as its scheduling per step, the
+    scheduler's and engine loop's per-request-step work per request, output processing's per-step part as
+    the fixed part of a step's output path, detokenization per request-step as the per-token cost (one
+    token a step each); prompt tokenization is inside the API server's per-request cost."""
     return {"tokenize_per_token": "0 us",
             "schedule_per_step": _us(c["schedule"]["per_step_s"] + c["engine"]["per_step_s"] + c["loop"]["per_step_s"]),
             "schedule_per_request": _us(c["schedule"]["per_request_step_s"] + c["engine"]["per_request_step_s"]),
             "detokenize_step_fixed": _us(c["output"]["per_step_s"]),
-            "output_per_request": _us(c["output"]["per_request_step_s"]),
-            "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"]),
+            "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"])}
+
+
+def _coefficients(fits: dict, names) -> dict:
+    return {k: fits[k]["coefficients"] for k in names}
+
+
+def v0_costs(fits: dict, gc: dict | None = None) -> dict:
+    """CPUCosts of vLLM 0.5's one process from the py-spy-split fit (``measure_engine_v0.fit_v0_costs``): its
+    engine's work (:func:`_v0_engine_costs`); output processing per request-step as its output objects; the
+    API server's per-request cost as the request overhead and per-chunk cost, with the asyncio loop's per
+    chunk, as the SSE chunk. ``gc``: the collector's fit (``measure_engine_v0.fit_gc``), where ``fits`` are of
+    a sweep with it off. The model runner's input preparation is not run by the stub, so it is not among
+    these terms."""
+    c = _coefficients(fits, ("schedule", "engine", "output", "detokenize", "api_server", "loop"))
+    return {**_v0_engine_costs(c), "output_per_request": _us(c["output"]["per_request_step_s"]),
             "request_overhead": _us(c["api_server"]["per_request_s"]),
             "stream_per_chunk": _us(c["api_server"]["per_chunk_s"] + c["loop"]["per_chunk_s"]),
             **({"gc_per_request_pair": _us(gc["coefficients"]["per_request_pair_s"])} if gc else {})}
@@ -92,19 +102,15 @@ def v0_costs(fits: dict, gc: dict | None = None) -> dict:
 
 def v06_costs(fits: dict) -> dict:
     """CPUCosts of vLLM 0.6 (the engine in its own process) from the fit of its two processes: the engine
-    process's scheduling, engine loop and per-step loop work as its scheduling; its output processing per
-    request-step, and the pickling and sending of each output with the loop's share per chunk, as its
-    output objects (one per chunk: every token streams); detokenization per token; the API-server process's
-    per-request and per-chunk CPU (receiving, unpickling and streaming each output) as its request overhead
-    and SSE chunk. Messages cost nothing apart: their pickling and sending are inside those terms."""
-    c = {k: fits[k]["coefficients"] for k in ("schedule", "engine", "output", "detokenize", "ipc", "loop", "api_process")}
-    return {"tokenize_per_token": "0 us", "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
-            "schedule_per_step": _us(c["schedule"]["per_step_s"] + c["engine"]["per_step_s"] + c["loop"]["per_step_s"]),
-            "schedule_per_request": _us(c["schedule"]["per_request_step_s"] + c["engine"]["per_request_step_s"]),
-            "detokenize_step_fixed": _us(c["output"]["per_step_s"]),
+    process's work as 0.5's (:func:`_v0_engine_costs`); its output processing per request-step, and the
+    pickling and sending of each output with the loop's share per chunk, as its output objects (one per
+    chunk: every token streams); the API-server process's per-request and per-chunk CPU (receiving,
+    unpickling and streaming each output) as its request overhead and SSE chunk. Messages cost nothing
+    apart: their pickling and sending are inside those terms."""
+    c = _coefficients(fits, ("schedule", "engine", "output", "detokenize", "ipc", "loop", "api_process"))
+    return {**_v0_engine_costs(c), "ipc_per_message": "0 us", "ipc_per_byte": "0 ns",
             "output_per_request": _us(c["output"]["per_request_step_s"] + c["ipc"]["per_chunk_s"]
                                       + c["loop"]["per_chunk_s"]),
-            "detokenize_per_token": _us(c["detokenize"]["per_request_step_s"]),
             "request_overhead": _us(c["api_process"]["per_request_s"]),
             "stream_per_chunk": _us(c["api_process"]["per_chunk_s"])}
 

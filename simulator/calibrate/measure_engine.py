@@ -596,12 +596,13 @@ def _sglang_server_cmd(python: str, model: Path, port: int, p: Point) -> list[st
     return cmd
 
 
-def _sglang_site(work: Path) -> Path:
-    """A folder holding only a ``sitecustomize.py`` that imports the stub, put first on PYTHONPATH for
-    the SGLang server (so every SGLang process, the spawned scheduler and detokenizer included, is patched)."""
-    site = work / "sglang_site"
+def stub_site(work: Path, module: str) -> Path:
+    """A folder holding only a ``sitecustomize.py`` that imports the stub ``module``, put first on PYTHONPATH
+    for a server whose code the stub patches as it is imported (so every process of it, the spawned ones
+    included, is patched): SGLang's, vLLM V0's."""
+    site = work / f"site_{module}"
     site.mkdir(parents=True, exist_ok=True)
-    (site / "sitecustomize.py").write_text(f"import {SGLANG_STUB_MODULE}  # lastmile measure-engine sglang\n")
+    (site / "sitecustomize.py").write_text(f"import {module}  # lastmile measure-engine\n")
     return site
 
 
@@ -620,7 +621,7 @@ def run_point_sglang(python: str, client_python: str, model: Path, p: Point, n: 
     the client is ``vllm bench serve`` from ``client_python``'s environment."""
     run = Run(p)
     tag = f"sglang_c{p.concurrency}_si{p.stream_interval}" + ("" if p.async_scheduling else "_nooverlap")
-    steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(_sglang_site(work)), str(STUB_DIR)])
+    steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(stub_site(work, SGLANG_STUB_MODULE)), str(STUB_DIR)])
     port = _free_port()
     log_path = work / f"server_{tag}.log"
     server_log = open(log_path, "w")

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .measure_engine import (STUB_A, STUB_B, STUB_C, Point, Run, _client_cmd, _drive, _engine_env, _free_port,
-                             _healthy, _lstsq, _pinned, _point_setup, _row, _roles)
+from .measure_engine import (STUB_A, STUB_B, STUB_C, STUB_DIR, Point, Run, _client_cmd, _drive, _engine_env,
+                             _free_port, _healthy, _lstsq, _pinned, _point_setup, _row, _roles, stub_site)
 
 V0_STUB_MODULE = "vllm_v0_stub"
 V0_INSTALL_HINT = ("install vLLM 0.5.3 (or 0.6.0) into .venv-vllm05 (.venv-vllm06) with uv, which resolves its "
@@ -125,13 +125,6 @@ def _v0_server_cmd(python: str, model: Path, port: int, p: Point, flavor: Flavor
     return cmd
 
 
-def _site(work: Path, module: str) -> Path:
-    site = work / f"site_{module}"
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "sitecustomize.py").write_text(f"import {module}  # lastmile measure-engine\n")
-    return site
-
-
 class _Spy:
     """py-spy recording the server from the client's main run to its result banner (SIGINT stops it)."""
 
@@ -166,7 +159,7 @@ def run_point_v0(python: str, client_python: str, model: Path, p: Point, n: int,
     flavor = FLAVORS[engine]
     tag = point_tag(flavor, p)
     steplog, result, env = _point_setup(python, work, tag, stub, token_range,
-                                        [str(_site(work, V0_STUB_MODULE)), str(Path(__file__).parent / "engine_stubs")])
+                                        [str(stub_site(work, V0_STUB_MODULE)), str(STUB_DIR)])
     port = _free_port()
     server_log = open(work / f"server_{tag}.log", "w")
     server = subprocess.Popen(_pinned(_v0_server_cmd(python, model, port, p, flavor), server_taskset), env=env,
@@ -195,6 +188,11 @@ def find_py_spy(client_python: str) -> str | None:
     return str(here) if here.exists() else shutil.which("py-spy")
 
 
+def profiled_cpu(rows: list[dict]) -> str:
+    """The column of the process py-spy sampled: 0.6's engine process where it has one, else 0.5's only one."""
+    return "cpu_s_engine_core" if any(float(r.get("cpu_s_engine_core") or 0) for r in rows) else "cpu_s_api"
+
+
 def fit_v0_costs(rows: list[dict]) -> dict:
     """Each category's CPU seconds (the profiled process's, split by its py-spy shares) fitted as the simulator
     books it: the scheduler, the engine loop's own work and output processing per step and per scheduled
@@ -207,8 +205,8 @@ def fit_v0_costs(rows: list[dict]) -> dict:
     if len(rows) < 3:
         return {}
     col = lambda key: np.array([float(r.get(key) or 0.0) for r in rows], float)  # noqa: E731
-    two = bool(col("cpu_s_engine_core").any())  # 0.6: the engine in its own process
-    cpu = col("cpu_s_engine_core") if two else col("cpu_s_api")
+    profiled = profiled_cpu(rows)
+    cpu = col(profiled)
     steps, req_steps, requests, chunks = col("steps"), col("req_steps"), col("completed"), col("chunks")
     per_step = (np.c_[steps, req_steps], ["per_step_s", "per_request_step_s"])
     fit = lambda X, cat: _lstsq(X[0], cpu * col(f"spy_{cat}"), X[1], rows)  # noqa: E731
@@ -222,7 +220,7 @@ def fit_v0_costs(rows: list[dict]) -> dict:
                           rows),
         "client": _lstsq(np.c_[requests, chunks], col("cpu_s_client"), ["per_request_s", "per_chunk_s"], rows),
     }
-    if two:
+    if profiled == "cpu_s_engine_core":  # 0.6: its API server in a process of its own
         fits["api_process"] = _lstsq(np.c_[requests, chunks], col("cpu_s_api"), ["per_request_s", "per_chunk_s"], rows)
     return fits
 
@@ -234,7 +232,7 @@ def fit_gc(on: list[dict], off: list[dict]) -> dict:
     key = lambda r: (int(r["concurrency"]), int(r["output_len"]))  # noqa: E731
     offs = {key(r): r for r in off}
     rows = [r for r in on if key(r) in offs and r.get("req_steps_sq")]
-    cpu = "cpu_s_engine_core" if any(float(r.get("cpu_s_engine_core") or 0) for r in rows) else "cpu_s_api"
+    cpu = profiled_cpu(rows)
     X = np.c_[[float(r["req_steps_sq"]) for r in rows]]
     y = np.array([float(r[cpu]) - float(offs[key(r)][cpu]) for r in rows])
     return _lstsq(X, y, ["per_request_pair_s"], rows)
