@@ -143,7 +143,8 @@ def test_other_output_lengths_set_a_cost_per_token_apart():
     assert set(fit_host_costs(one)["api_server"]["coefficients"]) == {"per_message_s", "per_request_s", "per_chunk_s"}
 
 
-@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "vllm_v0_stub.py", "stub_step.py"])
+@pytest.mark.parametrize("stub", ["vllm_stub_executor.py", "sglang_stub.py", "vllm_v0_stub.py", "stub_step.py",
+                                  "vllm_intake_trace.py"])
 def test_the_stubs_import_nothing_from_lastmile(stub):
     # they run inside the engine's environment, where lastmile is not installed
     tree = ast.parse((STUB_DIR / stub).read_text())

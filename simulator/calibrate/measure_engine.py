@@ -553,13 +553,21 @@ def _point_setup(python: str, work: Path, tag: str, stub, token_range, path: lis
 
 def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: dict, token_range,
               stub=(STUB_A, STUB_B, STUB_C), client_taskset: str | None = None,
-              server_taskset: str | None = None) -> Run:
-    """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row."""
+              server_taskset: str | None = None, trace_intake: bool = False) -> Run:
+    """Start a fresh server for ``p``, run the client, stop the server; the point's CSV row (with
+    ``trace_intake``, the intake timings of :mod:`.measure_intake` too)."""
     run = Run(p)
     tag = f"c{p.concurrency}_si{p.stream_interval}_api{p.api_servers}" + ("" if p.async_scheduling else "_sync") \
         + ("" if p.output_len == OUTPUT_LEN else f"_out{p.output_len}")
-    steplog, result, env = _point_setup(python, work, tag, stub, token_range, [str(STUB_DIR)])
+    traces = work / f"trace_{tag}"
+    site = [str(stub_site(work, "vllm_intake_trace"))] if trace_intake else []
+    steplog, result, env = _point_setup(python, work, tag, stub, token_range, site + [str(STUB_DIR)])
     env["LASTMILE_STUB_ASYNC"] = "1" if p.async_scheduling else "0"
+    if trace_intake:
+        shutil.rmtree(traces, ignore_errors=True)
+        traces.mkdir(parents=True)
+        env["LASTMILE_TRACE_DIR"] = str(traces)
+        offset = time.time() - time.perf_counter()  # wall clock -> CLOCK_MONOTONIC, for the stub's step log
     port = _free_port()
     server_log = open(work / f"server_{tag}.log", "w")
     server = subprocess.Popen(_pinned(_server_cmd(python, model, port, p), server_taskset), env=env,
@@ -572,6 +580,10 @@ def run_point(python: str, model: Path, p: Point, n: int, work: Path, versions: 
         cpu, window, affinity = got
         run.row = _row("vllm", versions, p, n, stub, p.api_servers, result, cpu, window, steplog, affinity,
                        ("api", "engine_core", "client", "launcher", "other"))
+        if trace_intake:
+            from .measure_intake import intake_columns
+
+            run.row.update(intake_columns(traces, result, steplog, offset, p.concurrency))
     return run
 
 
@@ -824,11 +836,17 @@ def _sidecar_parts(engine: str) -> dict:
             "components": WHAT_RAN}
 
 
+INTAKE_NOTE = ("--trace-intake: vLLM's intake functions logged perf_counter and CPU clocks "
+               "(engine_stubs/vllm_intake_trace.py); the intake_* and schedule_cpu_ms columns are medians per call "
+               "(simulator/calibrate/measure_intake.py), the chain columns at concurrency 1 only")
+
+
 def write_sidecar(meta: dict, path: Path) -> None:
     parts = _sidecar_parts(meta.get("engine", "vllm"))
     doc = {"what": parts["what"],
            "measured": {k: meta[k] for k in ("date", "cpu_model", "cpus", "kernel", "versions", "quick",
                                              "wall_s", "client_taskset", "server_taskset", "affinity", "python_gc")},
+           **({"intake_trace": INTAKE_NOTE} if meta.get("trace_intake") else {}),
            "stub_step": {"formula": "a + b * decode_requests + c * prefill_tokens (seconds)",
                          "a_s": STUB_A, "b_s": STUB_B, "c_s": STUB_C},
            "server_limits": parts["server_limits"],
@@ -912,14 +930,18 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
                    stream_interval=STREAM_INTERVAL, api_servers=API_SERVERS, quick: bool = False,
                    work_dir: str | None = None, client_taskset: str | None = None,
                    server_taskset: str | None = None, progress=None,
-                   client_python: str | None = None, output_len=(OUTPUT_LEN,), python_gc: bool = True) -> dict:
+                   client_python: str | None = None, output_len=(OUTPUT_LEN,), python_gc: bool = True,
+                   trace_intake: bool = False) -> dict:
     """Run the sweep, write the CSV at ``out`` and its sidecar (``.yaml``) next to it; the summary.
     ``python_gc=False`` turns CPython's cyclic garbage collector off in the engine's processes (the stubs do
     it at import), to measure what the collector costs.
 
     ``engine="sglang"`` or a V0 release (``vllm-v0``, ``vllm-v0.6``): ``python`` is the engine's environment
     and ``client_python`` vLLM's (its ``vllm bench serve`` is the client, and the V0 releases' py-spy; default
-    .venv-vllm/bin/python); one API server (``api_servers`` is ignored)."""
+    .venv-vllm/bin/python); one API server (``api_servers`` is ignored). ``trace_intake`` (vLLM V1 only) adds each point's
+    intake timings (:mod:`.measure_intake`) to its row."""
+    if trace_intake and engine != "vllm":
+        raise LastmileError(f"measure-engine {engine}: --trace-intake traces vLLM V1's intake (engine vllm) only")
     python = os.path.abspath(python)  # the engine's commands run from the work folder (not resolved: a venv's python is a link)
     versions = engine_versions(python, engine)
     STUB_ENV["LASTMILE_STUB_GC"] = "on" if python_gc else "off"  # every point's server environment takes it
@@ -943,6 +965,10 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
     rows, failures = [], []
     started = time.time()
     pin = {"client_taskset": client_taskset, "server_taskset": server_taskset}
+    if trace_intake:
+        from .measure_intake import COLUMNS as INTAKE_COLUMNS
+
+        pin["trace_intake"], columns = True, tuple(columns) + INTAKE_COLUMNS
     for i, p in enumerate(points, 1):
         n = num_prompts_for(p.concurrency, quick)
         say(f"measure-engine: {i}/{len(points)} {engine} {p.label} prompts={n} ...")
@@ -966,6 +992,7 @@ def measure_engine(engine: str, python: str, out: str | os.PathLike, *, concurre
                                                    num_prompts_for(points[0].concurrency, quick),
                                                    work / "bench.json")),
         "failures": failures, "fits": fit(rows), "quick": quick, "python_gc": "on" if python_gc else "off",
+        "trace_intake": trace_intake,
     }
     write_sidecar(meta, out.with_suffix(".yaml"))
     with open(work / "meta.json", "w") as f:

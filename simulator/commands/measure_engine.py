@@ -52,6 +52,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-gc", action="store_true",
                    help="turn CPython's cyclic garbage collector off in the engine's processes (what it costs: "
                         "run the sweep with and without)")
+    p.add_argument("--trace-intake", action="store_true",
+                   help="vllm only: time each point's request intake in the server's own code (tokenization, "
+                        "add_request, the engine core's pick-up, a scheduler pass; at concurrency 1 the whole chain "
+                        "to the first token) and add those columns to the CSV")
     p.add_argument("--quick", action="store_true",
                    help="two concurrencies, one stream interval and API-server count, few prompts (a smoke run)")
 
@@ -59,6 +63,8 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from ..calibrate.measure_engine import CONCURRENCY, SGLANG_CONCURRENCY, engine_versions, measure_engine
 
+    if args.trace_intake and args.engine != "vllm":
+        raise LastmileError(f"measure-engine {args.engine}: --trace-intake traces vLLM V1's intake (engine vllm) only")
     own_client = args.engine != "vllm"  # engines driven by vLLM 0.33's client
     python = args.python or DEFAULT_PYTHON[args.engine]
     out = args.out or f"host_path_{args.engine.replace('-', '_').replace('.', '')}.csv"
@@ -74,7 +80,8 @@ def main(args) -> int:
                             work_dir=args.work_dir, client_taskset=args.client_taskset,
                             server_taskset=args.server_taskset,
                             client_python=args.client_python if own_client else None,
-                            output_len=_ints(args.output_len, "--output-len"), python_gc=not args.no_gc)
+                            output_len=_ints(args.output_len, "--output-len"), python_gc=not args.no_gc,
+                            trace_intake=args.trace_intake)
     meta = result["meta"]
     print(f"wrote {result['out']}: {len(result['rows'])} points, {args.engine} "
           f"{meta['versions'].get(args.engine.split('-')[0])}"
